@@ -1,0 +1,89 @@
+/* Sparrow C API: load a Gemma GGUF, tokenize, run the model, sample. Every tool and server uses this.
+ * Functions that can fail return NULL or a negative value; sparrow_last_error() then says why, in one line
+ * naming the file and field where that applies. The message stays valid until the next call on the thread. */
+#ifndef SPARROW_H
+#define SPARROW_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct sparrow_model sparrow_model;
+typedef struct sparrow_context sparrow_context;
+typedef struct sparrow_sampler sparrow_sampler;
+typedef int32_t sparrow_token;
+
+const char* sparrow_last_error(void);
+const char* sparrow_version(void);
+
+/* ---- model ---- */
+/* progress(fraction in [0,1], user) is called while weights are bound; may be NULL. */
+typedef void (*sparrow_progress_fn)(float fraction, void* user);
+sparrow_model* sparrow_model_load(const char* path, sparrow_progress_fn progress, void* user);
+void sparrow_model_free(sparrow_model* model);
+/* One line: architecture, layers, embedding size, weight types, file size. */
+const char* sparrow_model_describe(const sparrow_model* model);
+int32_t sparrow_model_n_vocab(const sparrow_model* model);
+int32_t sparrow_model_n_ctx_train(const sparrow_model* model);
+
+/* ---- tokens ---- */
+/* Writes up to capacity ids; returns the count, or -(count needed) if capacity is too small. */
+int32_t sparrow_tokenize(const sparrow_model* model, const char* text, int32_t text_len, int add_bos,
+                         int parse_special, sparrow_token* out, int32_t capacity);
+/* Writes the token's bytes (not NUL-terminated); returns the length, or -(length needed). */
+int32_t sparrow_token_to_piece(const sparrow_model* model, sparrow_token token, int render_special, char* out,
+                               int32_t capacity);
+sparrow_token sparrow_token_bos(const sparrow_model* model);
+int sparrow_token_is_end_of_generation(const sparrow_model* model, sparrow_token token);
+
+/* Formats a conversation with the model's chat template (Gemma 3 or Gemma 4 turn markers). roles are
+ * "system", "user" or "assistant". Returns the length written, or -(length needed). */
+int32_t sparrow_chat_format(const sparrow_model* model, const char* const* roles, const char* const* contents,
+                            int32_t n_messages, int add_generation_prompt, char* out, int32_t capacity);
+
+/* ---- context: one sequence, its KV cache and scratch ---- */
+typedef struct sparrow_context_params {
+  int32_t n_ctx;          /* tokens the KV cache holds; 0: min(model's training context, 4096) */
+  int32_t n_threads;      /* 0: all cores */
+  int32_t n_batch;        /* tokens per forward pass during prefill; 0: 512 */
+  const char* cache_type_k; /* "f32" or "f16" (default "f16") */
+  const char* cache_type_v;
+} sparrow_context_params;
+
+sparrow_context_params sparrow_context_default_params(void);
+sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_params params);
+void sparrow_context_free(sparrow_context* ctx);
+int32_t sparrow_context_n_ctx(const sparrow_context* ctx);
+int32_t sparrow_context_n_past(const sparrow_context* ctx);
+/* Forgets every token: the next decode starts at position 0. */
+void sparrow_context_reset(sparrow_context* ctx);
+/* Bytes of KV cache this context holds, for all layers. */
+size_t sparrow_context_kv_bytes(const sparrow_context* ctx);
+
+/* Appends n tokens at the current position and runs the model. With all_logits, logits for every one of the
+ * n positions are kept; otherwise only for the last. Returns 0, or -1 (context full, bad token id, ...). */
+int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n, int all_logits);
+/* Logits of position i of the last decode (i = -1: the last position); n_vocab floats, owned by ctx. */
+const float* sparrow_get_logits(const sparrow_context* ctx, int32_t i);
+
+/* ---- sampling ---- */
+typedef struct sparrow_sampler_params {
+  float temperature; /* <= 0: greedy */
+  int32_t top_k;     /* <= 0: off */
+  float top_p;       /* >= 1: off */
+  float min_p;       /* <= 0: off */
+  uint64_t seed;
+} sparrow_sampler_params;
+
+sparrow_sampler_params sparrow_sampler_default_params(void);
+sparrow_sampler* sparrow_sampler_new(sparrow_sampler_params params);
+void sparrow_sampler_free(sparrow_sampler* sampler);
+sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int32_t n_vocab);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SPARROW_H */
