@@ -30,6 +30,9 @@ static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(Block
               sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
               sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
 
+// Unpacks the 6-bit scale and min of sub-block `sub` (0..7) from the 12 scale bytes of a Q4_K/Q5_K block.
+void unpack_scale_min_k4(const uint8_t scales[K_SCALE_SIZE], int sub, uint8_t* scale, uint8_t* min);
+
 // True for the weight types Sparrow computes with: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K.
 bool is_supported_weight_type(TensorType type);
 
