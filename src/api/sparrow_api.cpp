@@ -1,0 +1,160 @@
+// The C API: thin wrappers that turn sparrow::Error into a NULL or negative return and a last-error string.
+#include "sparrow/sparrow.h"
+
+#include <cstring>
+#include <string>
+
+#include "kv/kv_cache.h"
+#include "runtime/chat_format.h"
+#include "runtime/model.h"
+#include "runtime/sampler.h"
+#include "runtime/session.h"
+#include "util/error.h"
+
+struct sparrow_model {
+  std::unique_ptr<sparrow::Model> model;
+  std::string description;
+};
+struct sparrow_context {
+  std::unique_ptr<sparrow::Session> session;
+};
+struct sparrow_sampler {
+  sparrow::Sampler sampler;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <typename R, typename F>
+R guarded(R on_error, F&& body) {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    last_error = e.what();
+  } catch (...) {
+    last_error = "unknown error";
+  }
+  return on_error;
+}
+
+// Copies bytes out C-style: the length, or -(length needed) when capacity is too small.
+int32_t copy_out(const std::string& s, char* out, int32_t capacity) {
+  if (int64_t(s.size()) > capacity) return -int32_t(s.size());
+  if (!s.empty()) std::memcpy(out, s.data(), s.size());
+  return int32_t(s.size());
+}
+
+}  // namespace
+
+extern "C" {
+
+const char* sparrow_last_error(void) { return last_error.c_str(); }
+const char* sparrow_version(void) { return "0.1.0"; }
+
+sparrow_model* sparrow_model_load(const char* path, sparrow_progress_fn progress, void* user) {
+  return guarded<sparrow_model*>(nullptr, [&]() -> sparrow_model* {
+    if (!path) throw sparrow::Error("model path is NULL");
+    auto m = std::make_unique<sparrow_model>();
+    m->model = sparrow::Model::load(path, [&](float f) { if (progress) progress(f, user); });
+    m->description = m->model->describe();
+    return m.release();
+  });
+}
+
+void sparrow_model_free(sparrow_model* model) { delete model; }
+const char* sparrow_model_describe(const sparrow_model* model) { return model->description.c_str(); }
+int32_t sparrow_model_n_vocab(const sparrow_model* model) { return model->model->config.n_vocab; }
+int32_t sparrow_model_n_ctx_train(const sparrow_model* model) { return model->model->config.n_ctx_train; }
+
+int32_t sparrow_tokenize(const sparrow_model* model, const char* text, int32_t text_len, int add_bos,
+                         int parse_special, sparrow_token* out, int32_t capacity) {
+  return guarded<int32_t>(INT32_MIN, [&]() -> int32_t {
+    std::string_view s(text, text_len < 0 ? std::strlen(text) : size_t(text_len));
+    std::vector<int32_t> ids = model->model->tokenizer->encode(s, add_bos, parse_special);
+    if (int64_t(ids.size()) > capacity) return -int32_t(ids.size());
+    std::copy(ids.begin(), ids.end(), out);
+    return int32_t(ids.size());
+  });
+}
+
+int32_t sparrow_token_to_piece(const sparrow_model* model, sparrow_token token, int render_special, char* out,
+                               int32_t capacity) {
+  return guarded<int32_t>(INT32_MIN, [&]() -> int32_t {
+    if (token < 0 || token >= model->model->tokenizer->n_vocab())
+      throw sparrow::Error("token id " + std::to_string(token) + " is outside the vocabulary");
+    return copy_out(model->model->tokenizer->token_to_piece(token, render_special), out, capacity);
+  });
+}
+
+sparrow_token sparrow_token_bos(const sparrow_model* model) { return model->model->tokenizer->bos(); }
+int sparrow_token_is_end_of_generation(const sparrow_model* model, sparrow_token token) {
+  return model->model->tokenizer->is_end_of_generation(token) ? 1 : 0;
+}
+
+int32_t sparrow_chat_format(const sparrow_model* model, const char* const* roles, const char* const* contents,
+                            int32_t n_messages, int add_generation_prompt, char* out, int32_t capacity) {
+  return guarded<int32_t>(INT32_MIN, [&]() -> int32_t {
+    std::vector<sparrow::ChatMessage> messages;
+    for (int32_t i = 0; i < n_messages; ++i) messages.push_back({roles[i], contents[i]});
+    const sparrow::Model& m = *model->model;
+    auto family = sparrow::detect_chat_family(m.tokenizer->chat_template(), m.config.arch);
+    return copy_out(sparrow::format_chat(family, messages, add_generation_prompt), out, capacity);
+  });
+}
+
+sparrow_context_params sparrow_context_default_params(void) {
+  sparrow_context_params p{};
+  p.n_ctx = 0;
+  p.n_threads = 0;
+  p.n_batch = 512;
+  p.cache_type_k = "f16";
+  p.cache_type_v = "f16";
+  return p;
+}
+
+sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_params params) {
+  return guarded<sparrow_context*>(nullptr, [&]() -> sparrow_context* {
+    sparrow::SessionOptions o;
+    o.n_ctx = params.n_ctx;
+    o.n_threads = params.n_threads;
+    o.n_batch = params.n_batch;
+    o.type_k = sparrow::parse_kv_type(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k");
+    o.type_v = sparrow::parse_kv_type(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v");
+    auto ctx = std::make_unique<sparrow_context>();
+    ctx->session = std::make_unique<sparrow::Session>(*model->model, o);
+    return ctx.release();
+  });
+}
+
+void sparrow_context_free(sparrow_context* ctx) { delete ctx; }
+int32_t sparrow_context_n_ctx(const sparrow_context* ctx) { return ctx->session->n_ctx(); }
+int32_t sparrow_context_n_past(const sparrow_context* ctx) { return ctx->session->n_past(); }
+void sparrow_context_reset(sparrow_context* ctx) { ctx->session->reset(); }
+size_t sparrow_context_kv_bytes(const sparrow_context* ctx) { return ctx->session->cache().bytes(); }
+
+int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n, int all_logits) {
+  return guarded<int>(-1, [&] {
+    ctx->session->decode(tokens, n, all_logits != 0);
+    return 0;
+  });
+}
+
+const float* sparrow_get_logits(const sparrow_context* ctx, int32_t i) {
+  return guarded<const float*>(nullptr, [&] { return ctx->session->logits(i); });
+}
+
+sparrow_sampler_params sparrow_sampler_default_params(void) {
+  sparrow::SamplerOptions o;
+  return sparrow_sampler_params{o.temperature, o.top_k, o.top_p, o.min_p, o.seed};
+}
+
+sparrow_sampler* sparrow_sampler_new(sparrow_sampler_params p) {
+  return new sparrow_sampler{sparrow::Sampler({p.temperature, p.top_k, p.top_p, p.min_p, p.seed})};
+}
+void sparrow_sampler_free(sparrow_sampler* sampler) { delete sampler; }
+sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int32_t n_vocab) {
+  return sampler->sampler.sample(logits, n_vocab);
+}
+
+}  // extern "C"

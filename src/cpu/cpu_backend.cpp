@@ -1,0 +1,118 @@
+// The CPU backend: Backend ops on host memory. Matrix products come from cpu/matmul (Highway SIMD, threaded);
+// the element-wise ops here are simple loops the compiler vectorizes.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "cpu/attention.h"
+#include "cpu/matmul.h"
+#include "cpu/thread_pool.h"
+#include "formats/weight_formats.h"
+#include "ops/backend.h"
+#include "util/error.h"
+
+namespace sparrow {
+namespace {
+
+cpu::WeightMatrix to_cpu(const WeightMatrix& w) { return cpu::WeightMatrix{w.type, w.data, w.n_in, w.n_out}; }
+
+float gelu_tanh(float x) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int n_threads) : pool_(n_threads) {}
+  const char* name() const override { return "cpu"; }
+
+  float* alloc(size_t n_floats) override { return static_cast<float*>(alloc_bytes(n_floats * sizeof(float))); }
+  void* alloc_bytes(size_t n_bytes) override {
+    const size_t rounded = (std::max<size_t>(n_bytes, 1) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, rounded);
+    if (!p) throw Error("cpu backend: out of memory allocating " + std::to_string(n_bytes) + " bytes");
+    std::memset(p, 0, rounded);
+    return p;
+  }
+  void free_buffer(void* p) override { std::free(p); }
+  void read(const float* src, float* host_dst, size_t n) override { std::memcpy(host_dst, src, n * sizeof(float)); }
+
+  void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
+    cpu::matmul(pool_, to_cpu(w), x, n_tokens, y);
+  }
+  void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) override {
+    cpu::get_rows(to_cpu(w), ids, n_ids, out);
+    if (scale != 1.0f) this->scale(out, scale, n_ids * w.n_in);
+  }
+
+  void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const float* xr = x + r * dim;
+      float* yr = y + r * dim;
+      double sum = 0;  // ggml accumulates the sum of squares in double too
+      for (int64_t i = 0; i < dim; ++i) sum += double(xr[i]) * xr[i];
+      const float inv = 1.0f / std::sqrt(float(sum / dim) + eps);
+      if (weight) for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+      else for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * inv;
+    }
+  }
+
+  void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
+            const RopeParams& p) override {
+    const int32_t half = p.n_rot / 2;
+    const float theta_scale = std::pow(p.freq_base, -2.0f / float(p.n_rot));
+    std::vector<float> cos_t(half), sin_t(half);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      // Angles built by repeated multiplication, as ggml does, so positions match llama.cpp bit for bit
+      // as far as the float math allows.
+      float theta = float(first_position + t);
+      for (int32_t i = 0; i < half; ++i) {
+        const float divisor = p.freq_divisors ? p.freq_divisors[i] : 1.0f;
+        const float angle = p.freq_scale * (theta / divisor);
+        cos_t[i] = std::cos(angle);
+        sin_t[i] = std::sin(angle);
+        theta *= theta_scale;
+      }
+      for (int32_t h = 0; h < n_heads; ++h) {
+        float* v = x + (t * n_heads + h) * int64_t(head_dim);
+        for (int32_t i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * cos_t[i] - b * sin_t[i];
+          v[i + half] = a * sin_t[i] + b * cos_t[i];
+        }
+      }
+    }
+  }
+
+  void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override {
+    if (up) for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh(gate[i]) * up[i];
+    else for (int64_t i = 0; i < n; ++i) y[i] = gelu_tanh(gate[i]);
+  }
+  void add(float* y, const float* x, int64_t n) override { for (int64_t i = 0; i < n; ++i) y[i] += x[i]; }
+  void scale(float* y, float s, int64_t n) override { for (int64_t i = 0; i < n; ++i) y[i] *= s; }
+  void softcap(float* y, float cap, int64_t n) override {
+    for (int64_t i = 0; i < n; ++i) y[i] = cap * std::tanh(y[i] / cap);
+  }
+  void copy(float* y, const float* x, int64_t n) override { std::memcpy(y, x, n * sizeof(float)); }
+  void mul_rows(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) override {
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t i = 0; i < row_len; ++i) y[r * row_len + i] *= x[r * x_row_stride + i];
+  }
+
+  void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
+                int32_t first_position) override {
+    cpu::kv_store(kv, k, v, n_tokens, first_position);
+  }
+  void attention(const AttentionArgs& args) override { cpu::attention(pool_, args); }
+
+ private:
+  cpu::ThreadPool pool_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(int n_threads) { return std::make_unique<CpuBackend>(n_threads); }
+
+}  // namespace sparrow

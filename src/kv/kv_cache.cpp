@@ -1,0 +1,59 @@
+#include "kv/kv_cache.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace sparrow {
+
+TensorType parse_kv_type(const std::string& name, const char* option) {
+  if (name == "f16") return TensorType::F16;
+  if (name == "f32") return TensorType::F32;
+  throw Error(std::string(option) + ": unknown KV cache type '" + name + "' (expected f16 or f32)");
+}
+
+namespace {
+size_t row_bytes(TensorType type, int64_t n) { return tensor_row_bytes(type, n); }
+}  // namespace
+
+KvCache::KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptions& options)
+    : backend_(backend), config_(config), options_(options), views_(config.n_layer) {
+  if (options.n_ctx <= 0 || options.n_batch <= 0)
+    throw Error("KV cache: n_ctx and n_batch must be positive");
+  if (options.type_k != options.type_v)
+    throw Error("KV cache: K and V must use the same type for now (got different -ctk and -ctv)");
+  for (int32_t il = 0; il < config.n_layer; ++il) {
+    const LayerConfig& l = config.layers[il];
+    if (!l.owns_kv) continue;
+    KvLayerView& v = views_[il];
+    v.type = options.type_k;
+    v.n_kv_heads = l.n_kv_heads;
+    v.head_dim = l.head_dim;
+    v.capacity = l.sliding ? std::min<int64_t>(options.n_ctx, int64_t(config.sliding_window) + options.n_batch)
+                           : options.n_ctx;
+    const size_t k_bytes = size_t(v.capacity) * l.n_kv_heads * row_bytes(options.type_k, l.head_dim);
+    const size_t v_bytes = size_t(v.capacity) * l.n_kv_heads * row_bytes(options.type_v, l.head_dim);
+    v.k = backend.alloc_bytes(k_bytes);
+    v.v = backend.alloc_bytes(v_bytes);
+    bytes_ += k_bytes + v_bytes;
+  }
+}
+
+KvCache::~KvCache() {
+  for (KvLayerView& v : views_) {
+    if (v.k) backend_.free_buffer(v.k);
+    if (v.v) backend_.free_buffer(v.v);
+  }
+}
+
+size_t KvCache::bytes_per_token(bool sliding) const {
+  size_t total = 0;
+  for (int32_t il = 0; il < config_.n_layer; ++il) {
+    const LayerConfig& l = config_.layers[il];
+    if (!l.owns_kv || l.sliding != sliding) continue;
+    total += l.n_kv_heads * (row_bytes(options_.type_k, l.head_dim) + row_bytes(options_.type_v, l.head_dim));
+  }
+  return total;
+}
+
+}  // namespace sparrow

@@ -1,0 +1,57 @@
+#pragma once
+// The Gemma 3 / Gemma 4 text decoder forward pass, written once against the Backend op interface.
+// Read it beside shared/spec/gemma.md: each step is one op.
+#include <cstdint>
+
+#include "kv/kv_cache.h"
+#include "model/config.h"
+#include "model/weights.h"
+#include "ops/backend.h"
+
+namespace sparrow {
+
+class GemmaForward {
+ public:
+  // max_tokens: the most tokens one run() may take (sizes the scratch buffers).
+  GemmaForward(Backend& backend, const ModelConfig& config, const ModelWeights& weights, KvCache& cache,
+               int32_t max_tokens);
+  ~GemmaForward();
+  GemmaForward(const GemmaForward&) = delete;
+  GemmaForward& operator=(const GemmaForward&) = delete;
+
+  // Runs n tokens at positions first_position.. (their K/V enter the cache). Writes logits of the last
+  // token (n_vocab floats), or of every token ([n][n_vocab]) when all_logits, to host memory; none when
+  // logits is null (prefill chunks that only fill the cache).
+  void run(const int32_t* tokens, int32_t n, int32_t first_position, bool all_logits, float* logits);
+
+ private:
+  void per_layer_inputs(const int32_t* tokens, int32_t n);
+  void layer(int32_t il, int32_t n, int32_t first_position);
+  void attention(int32_t il, int32_t n, int32_t first_position);
+  void feed_forward(int32_t il, int32_t n);
+  void per_layer_embedding(int32_t il, int32_t n);
+  void output(int32_t first_row, int32_t n_rows, float* logits);
+  RopeParams rope_params(const LayerConfig& l) const;
+
+  Backend& be_;
+  const ModelConfig& c_;
+  const ModelWeights& w_;
+  KvCache& cache_;
+  int32_t max_tokens_;
+  // Scratch activations, [max_tokens][width].
+  float* x_;        // residual stream, n_embd
+  float* xn_;       // normed input of a block, n_embd
+  float* block_;    // output of a block, n_embd
+  float* q_;        // n_heads * head_dim
+  float* k_;        // n_kv_heads * head_dim
+  float* v_;
+  float* attn_;     // n_heads * head_dim
+  float* gate_;     // n_ff
+  float* up_;
+  float* ple_;      // Gemma 4 per-layer inputs, n_layer * P
+  float* ple_tmp_;  // n_layer * P
+  float* logits_;   // [kLogitRows][n_vocab]
+  static constexpr int32_t kLogitRows = 16;
+};
+
+}  // namespace sparrow

@@ -1,0 +1,107 @@
+#include "model/weights.h"
+
+#include <string>
+
+#include "formats/weight_formats.h"
+#include "util/error.h"
+
+namespace sparrow {
+namespace {
+
+class Binder {
+ public:
+  explicit Binder(const gguf::File& file) : file_(file) {}
+
+  WeightMatrix matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
+    return as_matrix(file_.tensor(name), n_in, n_out);
+  }
+  WeightMatrix optional_matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    return t ? as_matrix(*t, n_in, n_out) : WeightMatrix{};
+  }
+  std::vector<float> vector(const std::string& name, int64_t n) const { return as_vector(file_.tensor(name), n); }
+  std::vector<float> optional_vector(const std::string& name, int64_t n) const {
+    const gguf::TensorInfo* t = file_.find_tensor(name);
+    return t ? as_vector(*t, n) : std::vector<float>{};
+  }
+
+ private:
+  WeightMatrix as_matrix(const gguf::TensorInfo& t, int64_t n_in, int64_t n_out) const {
+    file_.expect_shape(t, {n_in, n_out});
+    if (!formats::is_supported_weight_type(t.type))
+      throw Error(file_.path() + ": tensor " + t.name + ": weight type " +
+                  std::string(tensor_type_info(static_cast<uint32_t>(t.type))->name) + " is not supported");
+    return WeightMatrix{t.type, t.data, n_in, n_out};
+  }
+  std::vector<float> as_vector(const gguf::TensorInfo& t, int64_t n) const {
+    file_.expect_shape(t, {n});
+    if (!formats::is_supported_weight_type(t.type) || tensor_row_bytes(t.type, n) != t.nbytes)
+      throw Error(file_.path() + ": tensor " + t.name + ": unsupported type for a vector");
+    std::vector<float> out(n);
+    formats::dequantize_row(t.type, t.data, out.data(), n);
+    return out;
+  }
+  const gguf::File& file_;
+};
+
+std::string blk(int il, const char* name) { return "blk." + std::to_string(il) + "." + name + ".weight"; }
+
+LayerWeights bind_layer(const Binder& b, const ModelConfig& c, int il) {
+  const LayerConfig& l = c.layers[il];
+  const int64_t q_dim = int64_t(l.head_dim) * c.n_heads;
+  const int64_t kv_dim = int64_t(l.head_dim) * l.n_kv_heads;
+  LayerWeights w;
+  w.attn_norm = b.vector(blk(il, "attn_norm"), c.n_embd);
+  w.attn_q = b.matrix(blk(il, "attn_q"), c.n_embd, q_dim);
+  w.attn_q_norm = b.vector(blk(il, "attn_q_norm"), l.head_dim);
+  if (l.owns_kv) {
+    w.attn_k = b.matrix(blk(il, "attn_k"), c.n_embd, kv_dim);
+    w.attn_k_norm = b.vector(blk(il, "attn_k_norm"), l.head_dim);
+    w.attn_v = c.arch == Architecture::Gemma4 ? b.optional_matrix(blk(il, "attn_v"), c.n_embd, kv_dim)
+                                              : b.matrix(blk(il, "attn_v"), c.n_embd, kv_dim);
+  }
+  w.attn_output = b.matrix(blk(il, "attn_output"), q_dim, c.n_embd);
+  w.post_attention_norm = b.vector(blk(il, "post_attention_norm"), c.n_embd);
+  w.ffn_norm = b.vector(blk(il, "ffn_norm"), c.n_embd);
+  w.ffn_gate = b.matrix(blk(il, "ffn_gate"), c.n_embd, l.n_ff);
+  w.ffn_up = b.matrix(blk(il, "ffn_up"), c.n_embd, l.n_ff);
+  w.ffn_down = b.matrix(blk(il, "ffn_down"), l.n_ff, c.n_embd);
+  w.post_ffw_norm = b.vector(blk(il, "post_ffw_norm"), c.n_embd);
+  if (c.n_embd_per_layer > 0) {
+    w.ple_inp_gate = b.matrix(blk(il, "inp_gate"), c.n_embd, c.n_embd_per_layer);
+    w.ple_proj = b.matrix(blk(il, "proj"), c.n_embd_per_layer, c.n_embd);
+    w.ple_post_norm = b.vector(blk(il, "post_norm"), c.n_embd);
+  }
+  std::vector<float> scale = b.optional_vector(blk(il, "layer_output_scale"), 1);
+  if (!scale.empty()) w.output_scale = scale[0];
+  return w;
+}
+
+}  // namespace
+
+ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c,
+                                const std::function<void(float)>& progress) {
+  Binder b(file);
+  ModelWeights w;
+  w.token_embd = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  w.output = b.optional_matrix("output.weight", c.n_embd, c.n_vocab);
+  if (!w.output.data) w.output = w.token_embd;
+  w.output_norm = b.vector("output_norm.weight", c.n_embd);
+  for (const LayerConfig& l : c.layers) {
+    if (l.proportional_rope && w.rope_freq_divisors.empty())
+      w.rope_freq_divisors = b.vector("rope_freqs.weight", l.n_rot / 2);
+  }
+  if (c.n_embd_per_layer > 0) {
+    const int64_t ple_width = int64_t(c.n_layer) * c.n_embd_per_layer;
+    w.per_layer_token_embd = b.matrix("per_layer_token_embd.weight", ple_width, c.n_vocab);
+    w.per_layer_model_proj = b.matrix("per_layer_model_proj.weight", c.n_embd, ple_width);
+    w.per_layer_proj_norm = b.vector("per_layer_proj_norm.weight", c.n_embd_per_layer);
+  }
+  for (int il = 0; il < c.n_layer; ++il) {
+    w.layers.push_back(bind_layer(b, c, il));
+    if (progress) progress(float(il + 1) / c.n_layer);
+  }
+  return w;
+}
+
+}  // namespace sparrow

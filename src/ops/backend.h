@@ -1,0 +1,93 @@
+#pragma once
+// The op interface the model is written against, once, for every backend (CPU now, CUDA next).
+// Activations are float buffers the backend allocated (host memory on the CPU, device memory on CUDA), laid
+// out row-major with the token index slowest: [n_tokens][...]. The model never reads them except through
+// Backend::read. Weights are views of GGUF tensors the backend may have uploaded.
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "gguf/tensor_types.h"
+
+namespace sparrow {
+
+// A weight matrix as stored in GGUF: n_in elements per row (ggml ne0, contiguous), n_out rows.
+struct WeightMatrix {
+  TensorType type = TensorType::F32;
+  const void* data = nullptr;
+  int64_t n_in = 0;
+  int64_t n_out = 0;
+};
+
+// Rotary position embedding, NEOX layout: dimension i pairs with i + n_rot/2.
+// theta_i = freq_scale * position * freq_base^(-2i/n_rot) / freq_divisors[i] (divisors optional).
+struct RopeParams {
+  int32_t n_rot = 0;
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;
+  const float* freq_divisors = nullptr;  // n_rot/2 values (Gemma 4 proportional RoPE), or null
+};
+
+// One layer's slice of the KV cache. Position p is stored in slot p % capacity, each slot holding
+// n_kv_heads rows of head_dim elements of `type`, K and V in separate arrays.
+struct KvLayerView {
+  TensorType type = TensorType::F16;
+  void* k = nullptr;
+  void* v = nullptr;
+  int64_t capacity = 0;
+  int32_t n_kv_heads = 0;
+  int32_t head_dim = 0;
+};
+
+struct AttentionArgs {
+  const float* q = nullptr;  // [n_tokens][n_heads][head_dim], RoPE applied
+  float* out = nullptr;      // [n_tokens][n_heads][head_dim]
+  int64_t n_tokens = 0;
+  int32_t n_heads = 0;
+  int32_t first_position = 0;   // query t is at position first_position + t; keys 0..position are visible
+  int32_t sliding_window = 0;   // > 0: a key at p0 is visible from p1 only if p1 - p0 < sliding_window
+  float scale = 1.0f;           // applied to q.k before the softmax
+  KvLayerView kv;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+
+  // Buffers. alloc returns zeroed memory owned by the backend until free_buffer.
+  virtual float* alloc(size_t n_floats) = 0;
+  virtual void* alloc_bytes(size_t n_bytes) = 0;
+  virtual void free_buffer(void* p) = 0;
+  virtual void read(const float* src, float* host_dst, size_t n) = 0;
+
+  // y[t][o] = sum_i w[o][i] * x[t][i]
+  virtual void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // out[r] = scale * w[ids[r]] (embedding lookup)
+  virtual void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) = 0;
+  // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (weight may be null: no weight); y may equal x.
+  virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) = 0;
+  // In place on x[n_tokens][n_heads][head_dim]; token t is at position first_position + t.
+  virtual void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
+                    const RopeParams& params) = 0;
+  // y = gelu_tanh(gate) * up (up may be null: y = gelu_tanh(gate)); y may alias gate.
+  virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
+  virtual void add(float* y, const float* x, int64_t n) = 0;       // y += x
+  virtual void scale(float* y, float s, int64_t n) = 0;            // y *= s
+  virtual void softcap(float* y, float cap, int64_t n) = 0;        // y = cap * tanh(y / cap)
+  virtual void copy(float* y, const float* x, int64_t n) = 0;      // y = x
+  // y[r][i] *= x[r * x_row_stride + i] for r < n_rows, i < row_len (y rows contiguous).
+  virtual void mul_rows(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) = 0;
+
+  // Writes K and V rows ([n_tokens][n_kv_heads][head_dim] floats) for positions first_position.. into kv.
+  virtual void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
+                        int32_t first_position) = 0;
+  // Causal (optionally sliding-window) softmax attention of q over the keys and values in args.kv,
+  // grouped-query: query head h reads KV head h / (n_heads / n_kv_heads).
+  virtual void attention(const AttentionArgs& args) = 0;
+};
+
+// The CPU backend (SIMD through Highway, n_threads workers; <= 0: all cores).
+std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+
+}  // namespace sparrow

@@ -1,0 +1,47 @@
+#include "runtime/model.h"
+
+#include <map>
+#include <sstream>
+
+#include "util/error.h"
+
+namespace sparrow {
+
+std::unique_ptr<Model> Model::load(const std::string& path, const std::function<void(float)>& progress) {
+  auto model = std::make_unique<Model>();
+  model->file = gguf::File::open(path);
+  model->config = ModelConfig::from_gguf(*model->file);
+  model->weights = ModelWeights::bind(*model->file, model->config, progress);
+  model->tokenizer = Tokenizer::from_gguf(*model->file);
+  if (model->tokenizer->n_vocab() != model->config.n_vocab)
+    throw Error(path + ": tokenizer.ggml.tokens: " + std::to_string(model->tokenizer->n_vocab()) +
+                " tokens, but token_embd.weight has " + std::to_string(model->config.n_vocab) + " rows");
+  return model;
+}
+
+std::string Model::describe() const {
+  std::map<std::string, int> type_counts;
+  size_t bytes = 0;
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    type_counts[std::string(tensor_type_info(static_cast<uint32_t>(t.type))->name)]++;
+    bytes += t.nbytes;
+  }
+  int n_sliding = 0, n_shared = 0;
+  for (const LayerConfig& l : config.layers) {
+    n_sliding += l.sliding;
+    n_shared += !l.owns_kv;
+  }
+  std::ostringstream s;
+  s << config.arch_name << ", " << config.n_layer << " layers (" << n_sliding << " sliding, " << n_shared
+    << " KV-shared), n_embd " << config.n_embd << ", " << config.n_heads << " heads, vocab " << config.n_vocab
+    << ", " << (bytes >> 20) << " MiB of tensors (";
+  bool first = true;
+  for (const auto& [name, count] : type_counts) {
+    s << (first ? "" : " ") << name << "x" << count;
+    first = false;
+  }
+  s << ")";
+  return s.str();
+}
+
+}  // namespace sparrow

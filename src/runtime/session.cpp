@@ -1,0 +1,49 @@
+#include "runtime/session.h"
+
+#include <algorithm>
+
+#include "util/error.h"
+
+namespace sparrow {
+
+Session::Session(const Model& model, const SessionOptions& options) : model_(model) {
+  const ModelConfig& c = model.config;
+  const int32_t n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
+  if (n_ctx > (1 << 24)) throw Error("context size " + std::to_string(n_ctx) + " is too large");
+  n_batch_ = std::clamp(options.n_batch > 0 ? options.n_batch : 512, 1, n_ctx);
+  backend_ = make_cpu_backend(options.n_threads);
+  KvCacheOptions kv;
+  kv.n_ctx = n_ctx;
+  kv.n_batch = n_batch_;
+  kv.type_k = options.type_k;
+  kv.type_v = options.type_v;
+  cache_ = std::make_unique<KvCache>(*backend_, c, kv);
+  forward_ = std::make_unique<GemmaForward>(*backend_, c, model.weights, *cache_, n_batch_);
+}
+
+void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {
+  if (n <= 0) throw Error("decode: no tokens");
+  if (n_past_ + n > n_ctx())
+    throw Error("decode: " + std::to_string(n) + " more tokens do not fit the context (" +
+                std::to_string(n_past_) + " of " + std::to_string(n_ctx()) + " used)");
+  const int64_t n_vocab = model_.config.n_vocab;
+  n_logit_rows_ = all_logits ? n : 1;
+  logits_.resize(size_t(n_logit_rows_) * n_vocab);
+  for (int32_t done = 0; done < n; done += n_batch_) {
+    const int32_t chunk = std::min(n_batch_, n - done);
+    const bool last_chunk = done + chunk == n;
+    // Chunks before the last only fill the KV cache unless every row's logits are wanted.
+    float* out = all_logits ? logits_.data() + done * n_vocab : last_chunk ? logits_.data() : nullptr;
+    forward_->run(tokens + done, chunk, n_past_, all_logits, out);
+    n_past_ += chunk;
+  }
+}
+
+const float* Session::logits(int32_t i) const {
+  if (n_logit_rows_ == 0) throw Error("logits: nothing decoded yet");
+  if (i < 0) i = n_logit_rows_ - 1;
+  if (i >= n_logit_rows_) throw Error("logits: row " + std::to_string(i) + " was not kept");
+  return logits_.data() + size_t(i) * model_.config.n_vocab;
+}
+
+}  // namespace sparrow

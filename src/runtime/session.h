@@ -1,0 +1,45 @@
+#pragma once
+// One sequence being run: its backend, KV cache, forward pass and the logits of the last decode.
+#include <memory>
+#include <vector>
+
+#include "kv/kv_cache.h"
+#include "model/gemma.h"
+#include "ops/backend.h"
+#include "runtime/model.h"
+
+namespace sparrow {
+
+struct SessionOptions {
+  int32_t n_ctx = 0;     // 0: min(training context, 4096)
+  int32_t n_threads = 0;
+  int32_t n_batch = 512;
+  TensorType type_k = TensorType::F16;
+  TensorType type_v = TensorType::F16;
+};
+
+class Session {
+ public:
+  Session(const Model& model, const SessionOptions& options);
+
+  // Appends tokens (split into batches of n_batch) and keeps logits for the last or for all of them.
+  void decode(const int32_t* tokens, int32_t n, bool all_logits);
+  const float* logits(int32_t i) const;  // i = -1: last kept row
+  int32_t n_logit_rows() const { return n_logit_rows_; }
+  int32_t n_past() const { return n_past_; }
+  int32_t n_ctx() const { return cache_->n_ctx(); }
+  void reset() { n_past_ = 0; n_logit_rows_ = 0; }
+  const KvCache& cache() const { return *cache_; }
+
+ private:
+  const Model& model_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvCache> cache_;
+  std::unique_ptr<GemmaForward> forward_;
+  int32_t n_batch_;
+  int32_t n_past_ = 0;
+  int32_t n_logit_rows_ = 0;
+  std::vector<float> logits_;
+};
+
+}  // namespace sparrow

