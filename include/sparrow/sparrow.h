@@ -30,17 +30,18 @@ int32_t sparrow_model_n_vocab(const sparrow_model* model);
 int32_t sparrow_model_n_ctx_train(const sparrow_model* model);
 
 /* ---- tokens ---- */
-/* Writes up to capacity ids; returns the count, or -(count needed) if capacity is too small. */
+/* Writes up to capacity ids; returns the count, -(count needed) if capacity is too small, or INT32_MIN on
+ * error (see sparrow_last_error). */
 int32_t sparrow_tokenize(const sparrow_model* model, const char* text, int32_t text_len, int add_bos,
                          int parse_special, sparrow_token* out, int32_t capacity);
-/* Writes the token's bytes (not NUL-terminated); returns the length, or -(length needed). */
+/* Writes the token's bytes (not NUL-terminated); returns the length, -(length needed), or INT32_MIN. */
 int32_t sparrow_token_to_piece(const sparrow_model* model, sparrow_token token, int render_special, char* out,
                                int32_t capacity);
 sparrow_token sparrow_token_bos(const sparrow_model* model);
 int sparrow_token_is_end_of_generation(const sparrow_model* model, sparrow_token token);
 
 /* Formats a conversation with the model's chat template (Gemma 3 or Gemma 4 turn markers). roles are
- * "system", "user" or "assistant". Returns the length written, or -(length needed). */
+ * "system", "user" or "assistant". Returns the length written, -(length needed), or INT32_MIN. */
 int32_t sparrow_chat_format(const sparrow_model* model, const char* const* roles, const char* const* contents,
                             int32_t n_messages, int add_generation_prompt, char* out, int32_t capacity);
 

@@ -1,9 +1,13 @@
 // The CPU backend: Backend ops on host memory. Matrix products come from cpu/matmul (Highway SIMD, threaded);
 // the element-wise ops here are simple loops the compiler vectorizes.
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "cpu/attention.h"
@@ -29,14 +33,23 @@ class CpuBackend final : public Backend {
   const char* name() const override { return "cpu"; }
 
   float* alloc(size_t n_floats) override { return static_cast<float*>(alloc_bytes(n_floats * sizeof(float))); }
+  // Anonymous mappings: page-aligned, zeroed lazily by the kernel, so a large KV cache costs memory only
+  // as it fills.
   void* alloc_bytes(size_t n_bytes) override {
-    const size_t rounded = (std::max<size_t>(n_bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    if (!p) throw Error("cpu backend: out of memory allocating " + std::to_string(n_bytes) + " bytes");
-    std::memset(p, 0, rounded);
+    const size_t size = std::max<size_t>(n_bytes, 1);
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw Error("cpu backend: out of memory allocating " + std::to_string(n_bytes) + " bytes");
+    std::lock_guard<std::mutex> lock(sizes_mutex_);
+    sizes_[p] = size;
     return p;
   }
-  void free_buffer(void* p) override { std::free(p); }
+  void free_buffer(void* p) override {
+    std::lock_guard<std::mutex> lock(sizes_mutex_);
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    munmap(p, it->second);
+    sizes_.erase(it);
+  }
   void read(const float* src, float* host_dst, size_t n) override { std::memcpy(host_dst, src, n * sizeof(float)); }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
@@ -109,6 +122,8 @@ class CpuBackend final : public Backend {
 
  private:
   cpu::ThreadPool pool_;
+  std::mutex sizes_mutex_;
+  std::unordered_map<void*, size_t> sizes_;
 };
 
 }  // namespace

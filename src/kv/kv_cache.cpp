@@ -1,5 +1,7 @@
 #include "kv/kv_cache.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "util/error.h"
@@ -13,7 +15,26 @@ TensorType parse_kv_type(const std::string& name, const char* option) {
 }
 
 namespace {
+
 size_t row_bytes(TensorType type, int64_t n) { return tensor_row_bytes(type, n); }
+
+int64_t slots(const ModelConfig& config, const LayerConfig& l, const KvCacheOptions& o) {
+  return l.sliding ? std::min<int64_t>(o.n_ctx, int64_t(config.sliding_window) + o.n_batch) : o.n_ctx;
+}
+
+// Refuses, before allocating anything, a cache larger than the machine's memory.
+void check_fits_in_memory(const ModelConfig& config, const KvCacheOptions& o) {
+  double total = 0;
+  for (const LayerConfig& l : config.layers)
+    if (l.owns_kv)
+      total += double(slots(config, l, o)) * l.n_kv_heads * (row_bytes(o.type_k, l.head_dim) + row_bytes(o.type_v, l.head_dim));
+  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
+  if (total > physical)
+    throw Error("KV cache for a context of " + std::to_string(o.n_ctx) + " tokens needs " +
+                std::to_string(int64_t(total / (1 << 20))) + " MiB, more than this machine's " +
+                std::to_string(int64_t(physical / (1 << 20))) + " MiB of memory");
+}
+
 }  // namespace
 
 KvCache::KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptions& options)
@@ -22,6 +43,7 @@ KvCache::KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptio
     throw Error("KV cache: n_ctx and n_batch must be positive");
   if (options.type_k != options.type_v)
     throw Error("KV cache: K and V must use the same type for now (got different -ctk and -ctv)");
+  check_fits_in_memory(config, options);
   for (int32_t il = 0; il < config.n_layer; ++il) {
     const LayerConfig& l = config.layers[il];
     if (!l.owns_kv) continue;
@@ -29,8 +51,7 @@ KvCache::KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptio
     v.type = options.type_k;
     v.n_kv_heads = l.n_kv_heads;
     v.head_dim = l.head_dim;
-    v.capacity = l.sliding ? std::min<int64_t>(options.n_ctx, int64_t(config.sliding_window) + options.n_batch)
-                           : options.n_ctx;
+    v.capacity = slots(config, l, options);
     const size_t k_bytes = size_t(v.capacity) * l.n_kv_heads * row_bytes(options.type_k, l.head_dim);
     const size_t v_bytes = size_t(v.capacity) * l.n_kv_heads * row_bytes(options.type_v, l.head_dim);
     v.k = backend.alloc_bytes(k_bytes);

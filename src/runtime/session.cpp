@@ -9,7 +9,8 @@ namespace sparrow {
 Session::Session(const Model& model, const SessionOptions& options) : model_(model) {
   const ModelConfig& c = model.config;
   const int32_t n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
-  if (n_ctx > (1 << 24)) throw Error("context size " + std::to_string(n_ctx) + " is too large");
+  if (n_ctx > (1 << 24))
+    throw Error("context size " + std::to_string(n_ctx) + " is too large (at most 16777216 tokens)");
   n_batch_ = std::clamp(options.n_batch > 0 ? options.n_batch : 512, 1, n_ctx);
   backend_ = make_cpu_backend(options.n_threads);
   KvCacheOptions kv;

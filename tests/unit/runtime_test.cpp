@@ -1,0 +1,78 @@
+// Sampling and chat formatting.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <vector>
+
+#include "runtime/chat_format.h"
+#include "runtime/sampler.h"
+#include "util/error.h"
+
+namespace sparrow {
+namespace {
+
+TEST(Sampler, GreedyPicksTheLargestLogit) {
+  Sampler s({0.0f, 40, 0.95f, 0.05f, 1});
+  std::vector<float> logits = {0.1f, 2.5f, -1.0f, 2.4f};
+  EXPECT_EQ(s.sample(logits.data(), 4), 1);
+}
+
+TEST(Sampler, TopKOneIsGreedy) {
+  Sampler s({1.5f, 1, 1.0f, 0.0f, 7});
+  std::vector<float> logits = {0.3f, -2.0f, 1.0f, 0.9f};
+  for (int i = 0; i < 50; ++i) EXPECT_EQ(s.sample(logits.data(), 4), 2);
+}
+
+TEST(Sampler, MinPDropsUnlikelyTokens) {
+  // p(1)/p(0) = e^-5 < 0.05: token 1 must never be drawn; tokens 0 and 2 tie and both appear.
+  Sampler s({1.0f, 0, 1.0f, 0.05f, 3});
+  std::vector<float> logits = {5.0f, 0.0f, 5.0f};
+  std::map<int, int> counts;
+  for (int i = 0; i < 400; ++i) counts[s.sample(logits.data(), 3)]++;
+  EXPECT_EQ(counts[1], 0);
+  EXPECT_GT(counts[0], 100);
+  EXPECT_GT(counts[2], 100);
+}
+
+TEST(Sampler, FrequenciesFollowTheSoftmax) {
+  Sampler s({1.0f, 0, 1.0f, 0.0f, 11});
+  std::vector<float> logits = {0.0f, std::log(3.0f)};  // probabilities 1/4, 3/4
+  int ones = 0;
+  const int n = 20000;
+  for (int i = 0; i < n; ++i) ones += s.sample(logits.data(), 2);
+  EXPECT_NEAR(double(ones) / n, 0.75, 0.015);
+}
+
+TEST(Sampler, SameSeedSameTokens) {
+  std::vector<float> logits = {1.0f, 1.1f, 0.9f, 1.05f, 0.2f};
+  Sampler a({0.9f, 0, 1.0f, 0.0f, 42}), b({0.9f, 0, 1.0f, 0.0f, 42});
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(logits.data(), 5), b.sample(logits.data(), 5));
+}
+
+TEST(ChatFormat, Gemma3TurnsWithSystemFoldedIntoFirstUserTurn) {
+  std::string s = format_chat(ChatFamily::Gemma3,
+                              {{"system", "Be brief."}, {"user", "Hi"}, {"assistant", "Hello!"}, {"user", "Bye"}},
+                              true);
+  EXPECT_EQ(s,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\nHello!<end_of_turn>\n"
+            "<start_of_turn>user\nBye<end_of_turn>\n<start_of_turn>model\n");
+}
+
+TEST(ChatFormat, Gemma4TurnsWithSystemTurn) {
+  std::string s = format_chat(ChatFamily::Gemma4, {{"system", "S"}, {"user", "U"}}, true);
+  EXPECT_EQ(s, "<bos><|turn>system\nS<turn|>\n<|turn>user\nU<turn|>\n<|turn>model\n");
+}
+
+TEST(ChatFormat, FamilyFromTemplateMarkersOrArchitecture) {
+  EXPECT_EQ(detect_chat_family("{{ '<|turn>' + role }}", Architecture::Gemma3), ChatFamily::Gemma4);
+  EXPECT_EQ(detect_chat_family("{{ '<start_of_turn>' }}", Architecture::Gemma4), ChatFamily::Gemma3);
+  EXPECT_EQ(detect_chat_family("", Architecture::Gemma4), ChatFamily::Gemma4);
+  EXPECT_EQ(detect_chat_family("", Architecture::Gemma3), ChatFamily::Gemma3);
+}
+
+TEST(ChatFormat, UnknownRoleIsAnError) {
+  EXPECT_THROW(format_chat(ChatFamily::Gemma3, {{"robot", "x"}}, true), Error);
+}
+
+}  // namespace
+}  // namespace sparrow
