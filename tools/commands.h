@@ -9,5 +9,6 @@ void add_run_command(CLI::App& app, int& exit_code);
 void add_chat_command(CLI::App& app, int& exit_code);
 void add_logits_command(CLI::App& app, int& exit_code);
 void add_mkmodel_command(CLI::App& app, int& exit_code);
+void add_bench_command(CLI::App& app, int& exit_code);
 
 }  // namespace sparrow::tools

@@ -1,4 +1,5 @@
 // `sparrow`: one binary, one subcommand per job. Errors print one line and exit non-zero.
+#include <algorithm>
 #include <iostream>
 
 #include "commands.h"
@@ -13,6 +14,7 @@ int main(int argc, char** argv) {
   sparrow::tools::add_run_command(app, exit_code);
   sparrow::tools::add_chat_command(app, exit_code);
   sparrow::tools::add_logits_command(app, exit_code);
+  sparrow::tools::add_bench_command(app, exit_code);
   sparrow::tools::add_mkmodel_command(app, exit_code);
   std::vector<std::string> args = sparrow::tools::normalize_arguments(argc, argv);
   std::reverse(args.begin(), args.end());  // CLI11 parses a vector from its back
