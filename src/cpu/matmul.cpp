@@ -1,0 +1,135 @@
+// Matmul entry points: validate, quantize the activations once, then split the output rows (and, for a long
+// prompt, the tokens) over the thread pool. The SIMD kernels live in matmul-inl.h, compiled per target.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/matmul.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "cpu/matmul-inl.h"
+
+#if HWY_ONCE
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include <hwy/aligned_allocator.h>
+
+#include "cpu/matmul.h"
+#include "formats/weight_formats.h"
+#include "util/error.h"
+
+namespace sparrow::cpu {
+
+HWY_EXPORT(MatmulRows);
+HWY_EXPORT(QuantizeTokens);
+
+namespace {
+
+// Elements and bytes per block of the supported weight types.
+struct BlockGeometry {
+  int64_t elements;
+  size_t bytes;
+};
+
+BlockGeometry block_geometry(TensorType type) {
+  switch (type) {
+    case TensorType::F32: return {1, 4};
+    case TensorType::F16: case TensorType::BF16: return {1, 2};
+    case TensorType::Q8_0: return {32, sizeof(formats::BlockQ8_0)};
+    case TensorType::Q4_0: return {32, sizeof(formats::BlockQ4_0)};
+    case TensorType::Q4_1: return {32, sizeof(formats::BlockQ4_1)};
+    case TensorType::Q5_0: return {32, sizeof(formats::BlockQ5_0)};
+    case TensorType::Q5_1: return {32, sizeof(formats::BlockQ5_1)};
+    case TensorType::Q4_K: return {formats::QK_K, sizeof(formats::BlockQ4_K)};
+    case TensorType::Q5_K: return {formats::QK_K, sizeof(formats::BlockQ5_K)};
+    case TensorType::Q6_K: return {formats::QK_K, sizeof(formats::BlockQ6_K)};
+    default: return {0, 0};
+  }
+}
+
+size_t checked_row_bytes(const char* what, const WeightMatrix& w) {
+  const BlockGeometry g = block_geometry(w.type);
+  if (g.elements == 0) {
+    throw Error(std::string(what) + ": weight type id " + std::to_string(uint32_t(w.type)) +
+                " is not supported by the CPU kernels");
+  }
+  if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % g.elements != 0) {
+    throw Error(std::string(what) + ": weight shape " + std::to_string(w.n_in) + " x " +
+                std::to_string(w.n_out) + " does not fit type id " + std::to_string(uint32_t(w.type)) +
+                " (n_in must be a positive multiple of " + std::to_string(g.elements) + ")");
+  }
+  if (w.data == nullptr) throw Error(std::string(what) + ": weight data is null");
+  return size_t(w.n_in / g.elements) * g.bytes;
+}
+
+// Per-calling-thread scratch for quantized activations, grown as needed and reused across calls.
+struct ActivationScratch {
+  hwy::AlignedFreeUniquePtr<int16_t[]> q;
+  std::vector<float> scale, sum32;
+  size_t q_capacity = 0;
+
+  QuantizedTokens quantize(const float* x, int64_t n_in, int64_t n_tokens, int group) {
+    const size_t n = size_t(n_in * n_tokens);
+    if (n > q_capacity) {
+      q = hwy::AllocateAligned<int16_t>(n);
+      q_capacity = n;
+    }
+    scale.resize(size_t(n_tokens * (n_in / group)));
+    sum32.resize(size_t(n_tokens * (n_in / 32)));
+    HWY_DYNAMIC_DISPATCH(QuantizeTokens)(x, n_in, n_tokens, group, q.get(), scale.data(), sum32.data());
+    return QuantizedTokens{group, q.get(), scale.data(), sum32.data()};
+  }
+};
+
+// Rows per task: enough tasks for load balance (a few per thread), few enough that each task's rows are
+// worth the hand-off; a multiple of 4 keeps neighbouring rows of one task in one cache line run.
+int64_t rows_per_task(int64_t n_out, int n_threads) {
+  if (n_threads <= 1) return n_out;
+  const int64_t target_tasks = int64_t(n_threads) * 8;
+  return std::clamp<int64_t>((n_out + target_tasks - 1) / target_tasks, 4, 256);
+}
+
+// Tokens per task for prompt processing: a tile of tokens is multiplied against a row chunk that stays in
+// cache; tiles bound the activation footprint (bytes of int16 activations) to about a quarter of L2.
+int64_t tokens_per_task(int64_t n_tokens, int64_t n_in) {
+  const int64_t budget_bytes = 256 * 1024;
+  const int64_t fit = std::max<int64_t>(4, budget_bytes / (2 * n_in) / 4 * 4);
+  return std::min(n_tokens, fit);
+}
+
+}  // namespace
+
+void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  const size_t row_bytes = checked_row_bytes("matmul", w);
+  if (n_tokens <= 0) return;
+  MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, n_tokens, x, {}, y};
+  static thread_local ActivationScratch scratch;
+  if (const int group = activation_group(w.type); group != 0) {
+    job.xq = scratch.quantize(x, w.n_in, n_tokens, group);
+  }
+  const int64_t row_step = rows_per_task(w.n_out, pool.size());
+  const int64_t token_step = tokens_per_task(n_tokens, w.n_in);
+  const int64_t row_tasks = (w.n_out + row_step - 1) / row_step;
+  const int64_t token_tasks = (n_tokens + token_step - 1) / token_step;
+  const auto run = HWY_DYNAMIC_DISPATCH(MatmulRows);
+  pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
+    const int64_t r0 = (task % row_tasks) * row_step, t0 = (task / row_tasks) * token_step;
+    run(job, r0, std::min(w.n_out, r0 + row_step), t0, std::min(n_tokens, t0 + token_step));
+  });
+}
+
+void get_rows(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {
+  const size_t row_bytes = checked_row_bytes("get_rows", w);
+  const auto* data = static_cast<const uint8_t*>(w.data);
+  for (int64_t r = 0; r < n_ids; ++r) {
+    if (ids[r] < 0 || ids[r] >= w.n_out) {
+      throw Error("get_rows: row id " + std::to_string(ids[r]) + " out of range [0, " +
+                  std::to_string(w.n_out) + ")");
+    }
+    formats::dequantize_row(w.type, data + size_t(ids[r]) * row_bytes, out + r * w.n_in, w.n_in);
+  }
+}
+
+}  // namespace sparrow::cpu
+#endif  // HWY_ONCE

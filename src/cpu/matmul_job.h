@@ -1,0 +1,41 @@
+#pragma once
+// What the per-target matmul kernels (matmul-inl.h) receive: the weight matrix, the activations in the form
+// the weight type multiplies against, and the output. Shared by every SIMD target, so plain data only.
+#include <cstddef>
+#include <cstdint>
+
+#include "gguf/tensor_types.h"
+
+namespace sparrow::cpu {
+
+// Activations quantized to 8 bits the way llama.cpp does before an integer dot product: per token, `group`
+// consecutive elements (32 for Q4_0..Q8_0 weights, 256 for K-quants) share one float scale, and the values
+// are kept widened to int16 so that the kernels multiply pairs of int16 without unpacking activations.
+struct QuantizedTokens {
+  int group = 0;                  // elements per scale: 32 or 256
+  const int16_t* q = nullptr;     // [n_tokens][n_in], each in [-127, 127]
+  const float* scale = nullptr;   // [n_tokens][n_in / group]
+  const float* sum32 = nullptr;   // [n_tokens][n_in / 32]: sum of q over each 32 elements (integer-valued)
+};
+
+struct MatmulJob {
+  TensorType type;
+  const uint8_t* weights;  // n_out rows of row_bytes
+  size_t row_bytes;
+  int64_t n_in, n_out, n_tokens;
+  const float* x;          // [n_tokens][n_in], used by float weight types
+  QuantizedTokens xq;      // used by quantized weight types
+  float* y;                // [n_tokens][n_out]
+};
+
+// Activation group (elements per scale) that a quantized weight type is multiplied with; 0 for float types.
+inline int activation_group(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
+    case TensorType::Q8_0: return 32;
+    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return 256;
+    default: return 0;
+  }
+}
+
+}  // namespace sparrow::cpu

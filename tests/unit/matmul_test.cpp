@@ -1,0 +1,290 @@
+// CPU matmul, get_rows and the thread pool, against slow references written here: dequantize_row followed
+// by a double-precision dot product.
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include "cpu/matmul.h"
+#include "cpu/thread_pool.h"
+#include "formats/weight_formats.h"
+#include "util/error.h"
+
+namespace sparrow::cpu {
+namespace {
+
+struct TypeCase {
+  TensorType type;
+  const char* name;
+  int block_elements;
+  size_t block_bytes;
+  std::vector<size_t> half_fields;  // byte offsets of f16 scales inside a block
+  bool int8_activations;            // multiplied with 8-bit quantized activations
+};
+
+const std::vector<TypeCase>& all_types() {
+  using namespace formats;
+  static const std::vector<TypeCase> types = {
+      {TensorType::F32, "f32", 1, 4, {}, false},
+      {TensorType::F16, "f16", 1, 2, {}, false},
+      {TensorType::BF16, "bf16", 1, 2, {}, false},
+      {TensorType::Q8_0, "q8_0", 32, sizeof(BlockQ8_0), {0}, true},
+      {TensorType::Q4_0, "q4_0", 32, sizeof(BlockQ4_0), {0}, true},
+      {TensorType::Q4_1, "q4_1", 32, sizeof(BlockQ4_1), {0, 2}, true},
+      {TensorType::Q5_0, "q5_0", 32, sizeof(BlockQ5_0), {0}, true},
+      {TensorType::Q5_1, "q5_1", 32, sizeof(BlockQ5_1), {0, 2}, true},
+      {TensorType::Q4_K, "q4_K", 256, sizeof(BlockQ4_K), {0, 2}, true},
+      {TensorType::Q5_K, "q5_K", 256, sizeof(BlockQ5_K), {0, 2}, true},
+      {TensorType::Q6_K, "q6_K", 256, sizeof(BlockQ6_K), {offsetof(BlockQ6_K, d)}, true},
+  };
+  return types;
+}
+
+// Weight bytes: random quant bits with scales in +-[1/512, 1/16] for block types (every bit pattern of the
+// quants occurs, including the extreme Q6_K scale -128), Gaussian values for float types.
+std::vector<uint8_t> random_weights(const TypeCase& c, int64_t n_in, int64_t n_out, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const int64_t n = n_in * n_out;
+  std::vector<uint8_t> bytes(size_t(n / c.block_elements) * c.block_bytes);
+  if (c.block_elements == 1) {
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> values(n);
+    for (auto& v : values) v = gauss(rng);
+    formats::quantize_row(c.type, values.data(), bytes.data(), n);
+    return bytes;
+  }
+  for (auto& b : bytes) b = uint8_t(rng());
+  std::uniform_real_distribution<float> magnitude(1.0f / 512, 1.0f / 16);
+  for (size_t block = 0; block < bytes.size() / c.block_bytes; ++block) {
+    for (size_t offset : c.half_fields) {
+      const float scale = (rng() & 1 ? 1.0f : -1.0f) * magnitude(rng);
+      const uint16_t h = formats::f32_to_f16(scale);
+      std::memcpy(bytes.data() + block * c.block_bytes + offset, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+// Activations with a few outliers, like real hidden states.
+std::vector<float> random_activations(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = gauss(rng);
+  for (int64_t i = 0; i < n; i += 97) x[i] *= 20.0f;
+  return x;
+}
+
+std::vector<float> dequantized_matrix(const TypeCase& c, const std::vector<uint8_t>& bytes, int64_t n_in,
+                                      int64_t n_out) {
+  std::vector<float> w(n_in * n_out);
+  const size_t row_bytes = size_t(n_in / c.block_elements) * c.block_bytes;
+  for (int64_t o = 0; o < n_out; ++o) {
+    formats::dequantize_row(c.type, bytes.data() + o * row_bytes, w.data() + o * n_in, n_in);
+  }
+  return w;
+}
+
+// Hard bound on one output's error. Int8 activations: each x_i is rounded to a step of amax(group)/127, so it
+// moves by at most step/2 and the output by at most sum_i |w_i| * step_i / 2; float accumulation is covered
+// by 1e-4 relative slack (of sum_i |w_i x_i|). Float activations: float accumulation only, at most
+// n_in * 2^-23 * sum_i |w_i x_i| (a loose worst case; real errors are far smaller).
+double error_bound(const TypeCase& c, const float* w, const float* x, int64_t n_in) {
+  double abs_dot = 0, rounding = 0;
+  const int group = c.block_elements == 256 ? 256 : 32;
+  for (int64_t g = 0; g < n_in; g += group) {
+    double amax = 0;
+    for (int64_t i = g; i < std::min(n_in, g + group); ++i) amax = std::max(amax, std::fabs(double(x[i])));
+    for (int64_t i = g; i < std::min(n_in, g + group); ++i) {
+      abs_dot += std::fabs(double(w[i]) * x[i]);
+      rounding += std::fabs(double(w[i])) * amax / 127.0 / 2;
+    }
+  }
+  if (!c.int8_activations) return double(n_in) * 0x1.0p-23 * abs_dot + 1e-30;
+  return rounding * 1.0001 + 1e-4 * abs_dot + 1e-30;
+}
+
+// The activations as the 8-bit scheme sees them (llama.cpp's Q8_0 / Q8_K): per group of 32 (legacy weight
+// types) or 256 (K-quants) elements, d = max|x| / 127 and x ~ d * round_half_even(x / d).
+std::vector<float> as_8bit(const std::vector<float>& x, int group) {
+  std::vector<float> out(x.size());
+  for (size_t g = 0; g < x.size(); g += group) {
+    float amax = 0;
+    for (size_t i = g; i < g + group; ++i) amax = std::max(amax, std::fabs(x[i]));
+    const float d = amax / 127.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
+    for (size_t i = g; i < g + group; ++i) out[i] = d * std::nearbyint(x[i] * inverse);
+  }
+  return out;
+}
+
+struct Shape {
+  int64_t n_in, n_out;
+};
+
+void check_matmul(const TypeCase& c, Shape s, int64_t n_tokens, ThreadPool& pool, uint32_t seed) {
+  const auto bytes = random_weights(c, s.n_in, s.n_out, seed);
+  const auto w = dequantized_matrix(c, bytes, s.n_in, s.n_out);
+  const auto x = random_activations(s.n_in * n_tokens, seed + 1);
+  std::vector<float> y(n_tokens * s.n_out, NAN);
+  matmul(pool, WeightMatrix{c.type, bytes.data(), s.n_in, s.n_out}, x.data(), n_tokens, y.data());
+  // The kernels' only approximation is the 8-bit activation rounding: against activations rounded the same
+  // way, what is left is float accumulation order (1e-5 of sum |w x|).
+  const auto x8 = c.int8_activations ? as_8bit(x, c.block_elements == 256 ? 256 : 32) : x;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < s.n_out; ++o) {
+      const float* wr = w.data() + o * s.n_in;
+      const float* xt = x.data() + t * s.n_in;
+      const float* x8t = x8.data() + t * s.n_in;
+      double want = 0, want8 = 0, abs_dot = 0;
+      for (int64_t i = 0; i < s.n_in; ++i) {
+        want += double(wr[i]) * xt[i];
+        want8 += double(wr[i]) * x8t[i];
+        abs_dot += std::fabs(double(wr[i]) * x8t[i]);
+      }
+      const double got = y[t * s.n_out + o];
+      const auto where = [&] {
+        return std::string(c.name) + " n_in=" + std::to_string(s.n_in) + " n_out=" + std::to_string(s.n_out) +
+               " tokens=" + std::to_string(n_tokens) + " threads=" + std::to_string(pool.size()) + " token " +
+               std::to_string(t) + " row " + std::to_string(o);
+      };
+      ASSERT_LE(std::fabs(got - want), error_bound(c, wr, xt, s.n_in)) << where() << ": got " << got << ", want " << want;
+      ASSERT_LE(std::fabs(got - want8), 1e-5 * abs_dot + 1e-30) << where() << ": got " << got << ", want " << want8;
+    }
+  }
+}
+
+TEST(Matmul, MatchesDequantizedDoubleDotForEveryTypeShapeAndThreadCount) {
+  ThreadPool one(1), two(2);
+  uint32_t seed = 1;
+  for (const auto& c : all_types()) {
+    for (Shape s : {Shape{256, 67}, Shape{512, 33}, Shape{2560, 7}}) {
+      for (int64_t n_tokens : {1, 3, 17}) {
+        check_matmul(c, s, n_tokens, one, seed++);
+        check_matmul(c, s, n_tokens, two, seed++);
+        if (HasFatalFailure()) return;
+      }
+    }
+  }
+}
+
+// Dynamic dispatch picks the best target of this CPU; the others (down to the scalar fallback, which stands
+// in for targets we cannot run here, like NEON) must compute the same products.
+TEST(Matmul, EverySimdTargetCompiledInMatchesTheReference) {
+  ThreadPool two(2);
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    SCOPED_TRACE(hwy::TargetName(target));
+    uint32_t seed = 100;
+    for (const auto& c : all_types()) {
+      for (int64_t n_tokens : {1, 5}) check_matmul(c, Shape{512, 19}, n_tokens, two, seed++);
+    }
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+TEST(Matmul, FloatTypesHandleRowsThatAreNotAMultipleOfTheVectorWidth) {
+  ThreadPool two(2);
+  for (const auto& c : all_types()) {
+    if (c.block_elements != 1) continue;
+    for (int64_t n_in : {1, 7, 37, 129}) check_matmul(c, Shape{n_in, 5}, 3, two, uint32_t(n_in));
+  }
+}
+
+TEST(Matmul, ThreadCountDoesNotChangeResults) {
+  ThreadPool one(1), two(2);
+  for (const auto& c : all_types()) {
+    const Shape s{512, 301};
+    const auto bytes = random_weights(c, s.n_in, s.n_out, 5);
+    const auto x = random_activations(s.n_in * 9, 6);
+    std::vector<float> y1(9 * s.n_out), y2(9 * s.n_out);
+    const WeightMatrix w{c.type, bytes.data(), s.n_in, s.n_out};
+    matmul(one, w, x.data(), 9, y1.data());
+    matmul(two, w, x.data(), 9, y2.data());
+    EXPECT_EQ(std::memcmp(y1.data(), y2.data(), y1.size() * sizeof(float)), 0) << c.name;
+  }
+}
+
+TEST(Matmul, RejectsBadShapesAndTypes) {
+  ThreadPool pool(1);
+  std::vector<uint8_t> bytes(4096);
+  std::vector<float> x(512), y(512);
+  EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q4_K, bytes.data(), 100, 2}, x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q2_K, bytes.data(), 256, 1}, x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q8_0, nullptr, 32, 1}, x.data(), 1, y.data()), Error);
+}
+
+TEST(GetRows, EqualsDequantizeRowBitForBit) {
+  for (const auto& c : all_types()) {
+    const Shape s{512, 41};
+    const auto bytes = random_weights(c, s.n_in, s.n_out, 11);
+    const auto w = dequantized_matrix(c, bytes, s.n_in, s.n_out);
+    const std::vector<int32_t> ids = {0, 40, 7, 7, 13};
+    std::vector<float> out(ids.size() * s.n_in);
+    get_rows(WeightMatrix{c.type, bytes.data(), s.n_in, s.n_out}, ids.data(), int64_t(ids.size()), out.data());
+    for (size_t r = 0; r < ids.size(); ++r) {
+      EXPECT_EQ(std::memcmp(out.data() + r * s.n_in, w.data() + ids[r] * s.n_in, s.n_in * sizeof(float)), 0)
+          << c.name << " id " << ids[r];
+    }
+    const int32_t bad = 41;
+    EXPECT_THROW(get_rows(WeightMatrix{c.type, bytes.data(), s.n_in, s.n_out}, &bad, 1, out.data()), Error);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+
+TEST(ThreadPool, RunsEveryTaskExactlyOnceOnValidThreads) {
+  for (int n_threads : {1, 2, 3}) {
+    ThreadPool pool(n_threads);
+    EXPECT_EQ(pool.size(), n_threads);
+    for (int64_t n_tasks : {0, 1, 2, 5, 1000}) {
+      for (int repeat = 0; repeat < 20; ++repeat) {
+        std::vector<std::atomic<int>> hits(n_tasks);
+        std::atomic<bool> bad_thread{false};
+        pool.parallel_for(n_tasks, [&](int64_t task, int thread) {
+          hits[task].fetch_add(1);
+          if (thread < 0 || thread >= n_threads) bad_thread = true;
+        });
+        for (int64_t t = 0; t < n_tasks; ++t) ASSERT_EQ(hits[t].load(), 1) << "task " << t;
+        ASSERT_FALSE(bad_thread.load());
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, UsesSeveralThreadsAndPropagatesExceptions) {
+  ThreadPool pool(2);
+  std::atomic<int> per_thread[2] = {0, 0};
+  // Tasks that take a while, so the worker certainly claims some.
+  pool.parallel_for(64, [&](int64_t, int thread) {
+    volatile double sink = 0;
+    for (int i = 0; i < 20000; ++i) sink = sink + std::sqrt(double(i));
+    per_thread[thread].fetch_add(1);
+  });
+  EXPECT_EQ(per_thread[0] + per_thread[1], 64);
+  EXPECT_GT(per_thread[1].load(), 0);
+  EXPECT_THROW(pool.parallel_for(10, [](int64_t task, int) {
+    if (task == 3) throw std::runtime_error("task 3 failed");
+  }),
+               std::runtime_error);
+  std::atomic<int> after{0};
+  pool.parallel_for(10, [&](int64_t, int) { after.fetch_add(1); });  // still usable after a throw
+  EXPECT_EQ(after.load(), 10);
+}
+
+TEST(ThreadPool, NestedLoopsRunInline) {
+  ThreadPool pool(2);
+  std::atomic<int> inner{0};
+  pool.parallel_for(4, [&](int64_t, int) { pool.parallel_for(3, [&](int64_t, int) { inner.fetch_add(1); }); });
+  EXPECT_EQ(inner.load(), 12);
+}
+
+}  // namespace
+}  // namespace sparrow::cpu
