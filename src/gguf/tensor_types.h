@@ -3,6 +3,7 @@
 // block geometry needed to size a tensor. Layouts and kernels for each type live in formats/.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace sparrow {
@@ -12,7 +13,7 @@ enum class TensorType : uint32_t {
   Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
   IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21, IQ2_S = 22, IQ4_XS = 23,
   I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28, IQ1_M = 29, BF16 = 30,
-  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39,
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41, Q2_0 = 42,
 };
 
 struct TensorTypeInfo {
@@ -25,5 +26,7 @@ struct TensorTypeInfo {
 const TensorTypeInfo* tensor_type_info(uint32_t type_id);
 // Bytes of a row of n elements; n must be a multiple of the block size.
 size_t tensor_row_bytes(TensorType type, int64_t n);
+// ggml's name of a type ("q4_K"), or "type <id>" for an unknown id; for messages.
+std::string tensor_type_name(TensorType type);
 
 }  // namespace sparrow
