@@ -57,9 +57,26 @@ constexpr uint64_t kMaxArrayElements = uint64_t{1} << 24;
 // Strings of an array are reserved up front only up to this many; beyond, the vector grows as strings are read.
 constexpr uint64_t kStringArrayReserve = uint64_t{1} << 20;
 
+// Keys and tensor names are arbitrary bytes; control characters are escaped so a message stays one line.
+void append_printable(std::string& out, std::string_view text) {
+  static const char kHex[] = "0123456789abcdef";
+  for (char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte >= 0x20 && byte != 0x7F) {
+      out += c;
+    } else {
+      out.append("\\x").append(1, kHex[byte >> 4]).append(1, kHex[byte & 15]);
+    }
+  }
+}
+
 [[noreturn]] void fail(std::string_view path, std::string_view field, const std::string& what) {
   std::string message;
-  message.append(path).append(": ").append(field).append(": ").append(what);
+  append_printable(message, path);
+  message.append(": ");
+  append_printable(message, field);
+  message.append(": ");
+  append_printable(message, what);
   throw Error(message);
 }
 
@@ -113,7 +130,10 @@ std::string describe_type(const Value& v) {
 
 std::string shape_string(const int64_t* ne, size_t n_dims) {
   std::string s = "{";
-  for (size_t d = 0; d < n_dims; ++d) s += (d ? "," : "") + std::to_string(ne[d]);
+  for (size_t d = 0; d < n_dims; ++d) {
+    if (d > 0) s += ',';
+    s += std::to_string(ne[d]);
+  }
   return s + "}";
 }
 
