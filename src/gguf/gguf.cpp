@@ -27,7 +27,6 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <set>
 
 #include "util/error.h"
 

@@ -112,6 +112,8 @@ class Writer {
   // Adds a tensor; the bytes are copied. ne in ggml order; nbytes must equal the size its type implies.
   void add_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne, const void* data,
                   size_t nbytes);
+  // Writes to path + ".tmp", then renames. `alignment` (a power of two) decides general.alignment: the key is
+  // written (as uint32) only when it is not 32, whatever value set_* stored for it.
   void write(const std::string& path, uint32_t alignment = 32) const;
 
  private:
