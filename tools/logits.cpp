@@ -43,14 +43,18 @@ void add_logits_command(CLI::App& app, int& exit_code) {
   auto* t = cmd->add_option("--tokens", *token_list, "comma-separated token ids");
   p->excludes(t);
   t->excludes(p);
+  auto n_greedy = std::make_shared<int32_t>(0);
   cmd->add_option("-o,--output", *output, "output file")->required();
+  cmd->add_option("-n,--n-greedy", *n_greedy,
+                  "then decode N greedy tokens (argmax, lowest id on ties, no stop) and print their ids");
   cmd->callback([=, &exit_code] {
     if (prompt->empty() && token_list->empty()) throw Error("logits: give -p PROMPT or --tokens IDS");
     LoadedModel m(resolve_model_path(model->model_path));
     std::vector<sparrow_token> tokens =
         token_list->empty() ? tokenize(m.model, *prompt, true, true) : parse_token_list(*token_list);
     ModelOptions o = *model;
-    if (o.n_ctx == 0) o.n_ctx = int32_t(tokens.size());
+    if (*n_greedy < 0) throw Error("-n: must not be negative");
+    if (o.n_ctx == 0) o.n_ctx = int32_t(tokens.size()) + *n_greedy + 1;
     Context ctx(m.model, o);
     if (sparrow_decode(ctx.ctx, tokens.data(), int32_t(tokens.size()), 1) != 0) throw Error(sparrow_last_error());
     std::ofstream out(*output, std::ios::binary);
@@ -62,6 +66,15 @@ void add_logits_command(CLI::App& app, int& exit_code) {
     std::cout << "tokens:";
     for (sparrow_token id : tokens) std::cout << " " << id;
     std::cout << "\nwrote " << tokens.size() << " x " << n_vocab << " float32 logits to " << *output << "\n";
+    if (*n_greedy > 0) {
+      std::cout << "greedy:";
+      for (int32_t step = 0; step < *n_greedy; ++step) {
+        sparrow_token next = sparrow_sample_greedy(sparrow_get_logits(ctx.ctx, -1), n_vocab);
+        std::cout << " " << next << std::flush;
+        if (step + 1 < *n_greedy && sparrow_decode(ctx.ctx, &next, 1, 0) != 0) throw Error(sparrow_last_error());
+      }
+      std::cout << "\n";
+    }
     exit_code = 0;
   });
 }

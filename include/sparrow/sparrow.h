@@ -83,6 +83,8 @@ sparrow_sampler_params sparrow_sampler_default_params(void);
 sparrow_sampler* sparrow_sampler_new(sparrow_sampler_params params);
 void sparrow_sampler_free(sparrow_sampler* sampler);
 sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int32_t n_vocab);
+/* argmax, the lowest id on ties. */
+sparrow_token sparrow_sample_greedy(const float* logits, int32_t n_vocab);
 
 #ifdef __cplusplus
 }

@@ -157,4 +157,8 @@ sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int3
   return sampler->sampler.sample(logits, n_vocab);
 }
 
+sparrow_token sparrow_sample_greedy(const float* logits, int32_t n_vocab) {
+  return sparrow::Sampler::argmax(logits, n_vocab);
+}
+
 }  // extern "C"
