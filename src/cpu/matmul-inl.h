@@ -1,10 +1,15 @@
 // Per-target matmul kernels, compiled once per SIMD target through hwy/foreach_target.h (see matmul.cpp).
 //
-// Quantized weights are multiplied with 8-bit activations (QuantizedTokens) in integers: each weight block is
-// unpacked once into int16 lanes and multiplied with up to kMaxTile tokens, pairs of int16 products summed
-// into int32 (ReorderWidenMulAccumulate: one pmaddwd on x86). K-quant sub-block scales are folded into the
-// int16 weights (|q * scale| <= 4096), so a whole 256-element super-block is summed in integers and converted
-// to float once. Float weight types (f32, f16, bf16) use a plain float dot product.
+// Quantized weights are multiplied with 8-bit activations (QuantizedTokens) in integers: a weight block is
+// unpacked once into int16 lanes and multiplied with a tile of up to kTile tokens, pairs of int16 products
+// summed into int32 (ReorderWidenMulAccumulate: one pmaddwd on x86). Everything that is per block rather
+// than per element is hoisted out of the inner loop and done for a chunk of blocks at once:
+//  - block scales: f16 -> float, times the token's activation scale, one float per (token, block);
+//  - constant offsets (the -8 of Q4_0, -16 of Q5_0, the mins of Q4_1/Q5_1/Q4_K/Q5_K): since
+//    sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, they become one float dot product per token between
+//    per-block offsets and the activations' per-32 sums.
+// K-quant sub-block scales are multiplied into the int16 weights (|q * scale| <= 4096), so a 256-element
+// super-block is summed in integers and converted to float once. Float weights use a float dot product.
 //
 // Element order is natural everywhere: lane i of the vector for elements [k, k + N) holds element k + i.
 #if defined(SPARROW_CPU_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -15,8 +20,10 @@
 #endif
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include <hwy/highway.h>
 
@@ -28,184 +35,336 @@ namespace sparrow::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace fmt = sparrow::formats;
 
-constexpr int kMaxTile = 4;  // tokens that share one unpacking of a weight block
+constexpr int kTile = 4;  // tokens that share one unpacking of a weight block
 
-// Integer lanes are capped at 16 x int16 (256 bits): the 32-element blocks of the legacy types then fill
-// whole vectors on every target.
-using D16 = hn::CappedTag<int16_t, 16>;
+// int16 lanes, capped at 32 (512 bits): one 32-element block is then one vector on AVX-512, two on AVX2.
+using D16 = hn::CappedTag<int16_t, 32>;
 using DU16 = hn::RebindToUnsigned<D16>;
-using D8 = hn::Rebind<int8_t, D16>;
-using DU8 = hn::Rebind<uint8_t, D16>;
 using D32 = hn::Repartition<int32_t, D16>;
 using DF = hn::Rebind<float, D32>;
 using V16 = hn::Vec<D16>;
 using V32 = hn::Vec<D32>;
 using VF = hn::Vec<DF>;
+constexpr size_t kLanes = hn::MaxLanes(D16());
+constexpr size_t kVecs32 = 32 / kLanes;  // vectors per 32 elements
+
+// f16 block scale -> float, inline and branch-free: the 15 magnitude bits shifted into a float's exponent
+// and mantissa are the value times 2^-112 (exact, subnormal halves included). Valid for finite halves, which
+// is all a block scale can meaningfully be (the reference dequantize_row handles every bit pattern).
+HWY_INLINE float ScaleF16(uint16_t h) {
+  const float magnitude = std::bit_cast<float>(uint32_t(h & 0x7FFF) << 13) * 0x1.0p112f;
+  return std::bit_cast<float>(std::bit_cast<uint32_t>(magnitude) | (uint32_t(h & 0x8000) << 16));
+}
+
+// Bytes [p, p + N) zero-extended to N int16 lanes.
+template <class D>
+HWY_INLINE hn::Vec<D> LoadBytes(D d, const uint8_t* p) {
+  const hn::RebindToUnsigned<D> du;
+  return hn::BitCast(d, hn::PromoteTo(du, hn::LoadU(hn::Rebind<uint8_t, D>(), p)));
+}
+
+// The 32 nibbles of a Q4_0/Q4_1/Q5_0/Q5_1 block: element j in the low nibble of qs[j], element j + 16 in
+// the high nibble.
+template <class D>
+HWY_INLINE void UnpackNibbles32(D d, const uint8_t* qs, hn::Vec<D>* w) {
+  constexpr size_t N = hn::MaxLanes(d);
+  if constexpr (N >= 32) {
+    const hn::Half<D> dh;
+    const auto bytes = LoadBytes(dh, qs);
+    w[0] = Combine(d, hn::ShiftRight<4>(bytes), hn::And(bytes, hn::Set(dh, 0x0F)));
+  } else {
+    for (size_t k = 0; k < 16; k += N) {
+      const auto bytes = LoadBytes(d, qs + k);
+      w[k / N] = hn::And(bytes, hn::Set(d, 0x0F));
+      w[(16 + k) / N] = hn::ShiftRight<4>(bytes);
+    }
+  }
+}
+
+// ORs the fifth bits of a Q5_0/Q5_1 block (bit j of the little-endian qh word belongs to element j) into w.
+template <class D>
+HWY_INLINE void AddFifthBits32(D d, const uint8_t* qh, hn::Vec<D>* w) {
+  constexpr size_t N = hn::MaxLanes(d);
+  const auto sixteen = hn::Set(d, 16);
+  for (size_t k = 0; k < 32; k += N) {
+    if constexpr (N >= 8) {
+      w[k / N] = hn::Or(w[k / N], hn::IfThenElseZero(hn::LoadMaskBits(d, qh + k / 8), sixteen));
+    } else {
+      for (size_t i = 0; i < N; ++i) {  // scalar targets: one lane at a time
+        if ((qh[(k + i) / 8] >> ((k + i) % 8)) & 1) {
+          w[k / N] = hn::Or(w[k / N], hn::InsertLane(hn::Zero(d), i, int16_t(16)));
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Per-row preparation, shared by all quantized types: for a chunk of blocks, the (token, block) scale
+// products and each token's offset term.
+
+constexpr int kChunkBlocks32 = 64;  // 2048 elements of legacy types per chunk
+constexpr int kChunkSuper = 8;      // 2048 elements of K-quants per chunk
+constexpr int kChunkSub32 = kChunkSuper * 8;
 
 // One token's activations as seen by a kernel.
 struct TokenQ {
   const int16_t* q;
-  const float* scale;
-  const float* sum32;
+  const float* scale;          // per activation group
+  const float* scaled_sum32;   // per 32 elements
 };
 
-HWY_INLINE V16 LoadNibbleBytes(const uint8_t* p) {
-  return hn::BitCast(D16(), hn::PromoteTo(DU16(), hn::LoadU(DU8(), p)));
+HWY_INLINE float DotFloats(const float* a, const float* b, int n) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  auto acc = hn::Zero(df);
+  int i = 0;
+  for (; i + N <= n; i += N) acc = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc);
+  float sum = hn::GetLane(hn::SumOfLanes(df, acc));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
 }
 
-HWY_INLINE V16 LowNibbles(V16 bytes) { return hn::And(bytes, hn::Set(D16(), 0x0F)); }
-HWY_INLINE V16 HighNibbles(V16 bytes) { return hn::ShiftRight<4>(bytes); }  // bytes are 0..255: no sign
-
-// sum += w * x over the N lanes, in int32 pairs. Callers add sum0 and sum1 at the end (x86 leaves sum1 0).
-HWY_INLINE void MulAcc(V16 w, const int16_t* x, V32& sum0, V32& sum1) {
-  sum0 = hn::ReorderWidenMulAccumulate(D32(), w, hn::LoadU(D16(), x), sum0, sum1);
+HWY_INLINE void MulFloats(const float* a, const float* b, float* out, int n) {
+  const hn::ScalableTag<float> df;
+  const int N = int(hn::Lanes(df));
+  int i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, out + i);
+  for (; i < n; ++i) out[i] = a[i] * b[i];
 }
 
-HWY_INLINE float SumLanes(VF v) { return hn::GetLane(hn::SumOfLanes(DF(), v)); }
+// Two accumulators per token so that consecutive blocks do not wait on one FMA chain.
+template <int T>
+struct TileAccumulators {
+  VF acc[2][T];
+  float offset[T];
+  HWY_INLINE TileAccumulators() {
+    for (int t = 0; t < T; ++t) {
+      acc[0][t] = acc[1][t] = hn::Zero(DF());
+      offset[t] = 0;
+    }
+  }
+  HWY_INLINE void Store(float* out) const {
+    for (int t = 0; t < T; ++t) {
+      out[t] = hn::GetLane(hn::SumOfLanes(DF(), hn::Add(acc[0][t], acc[1][t]))) + offset[t];
+    }
+  }
+};
 
 // ---------------------------------------------------------------------------------------------------------
-// Legacy 32-element blocks: unpack to 32 int16 weights (values already offset: q - 8 for Q4_0, q - 16 for
-// Q5_0, raw q for the types with a min), then one scaled int32 sum per block and token.
+// Legacy 32-element blocks.
 
-constexpr size_t kLanes16 = hn::MaxLanes(D16());
-constexpr size_t kVecsPerBlock32 = 32 / kLanes16;
+// Per type: the block layout, how to unpack its quants to int16 (raw, without offset), and the constant
+// offset of the quants: kOffset * d (Q4_0: -8, Q5_0: -16) or a stored min (Q4_1, Q5_1).
+template <TensorType kType>
+struct Legacy;
 
-struct Block32 {
-  V16 w[kVecsPerBlock32];
-  float d;  // scale
-  float m;  // min (offset types), else 0
+template <>
+struct Legacy<TensorType::Q8_0> {
+  using Block = fmt::BlockQ8_0;
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = false;
+  static HWY_INLINE void Unpack(const Block& b, V16* w) {
+    const hn::Rebind<int8_t, D16> d8;
+    for (size_t k = 0; k < 32; k += kLanes) w[k / kLanes] = hn::PromoteTo(D16(), hn::LoadU(d8, b.qs + k));
+  }
+  static HWY_INLINE uint16_t Min(const Block&) { return 0; }
 };
 
-// The fifth bits of elements [first, first + N) as 16 in each lane where set.
-HWY_INLINE V16 FifthBits(uint32_t qh, int first) {
-  alignas(32) static constexpr uint16_t kBit[16] = {1,     2,     4,     8,     16,    32,    64,    128,
-                                                    256,   512,   1024,  2048,  4096,  8192,  16384, 32768};
-  const auto bits = hn::Set(DU16(), uint16_t(qh >> first));
-  const auto set = hn::TestBit(bits, hn::Load(DU16(), kBit));
-  return hn::BitCast(D16(), hn::IfThenElseZero(set, hn::Set(DU16(), 16)));
+template <>
+struct Legacy<TensorType::Q4_0> {
+  using Block = fmt::BlockQ4_0;
+  static constexpr int kOffset = -8;
+  static constexpr bool kHasMin = false;
+  static HWY_INLINE void Unpack(const Block& b, V16* w) { UnpackNibbles32(D16(), b.qs, w); }
+  static HWY_INLINE uint16_t Min(const Block&) { return 0; }
+};
+
+template <>
+struct Legacy<TensorType::Q4_1> {
+  using Block = fmt::BlockQ4_1;
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static HWY_INLINE void Unpack(const Block& b, V16* w) { UnpackNibbles32(D16(), b.qs, w); }
+  static HWY_INLINE uint16_t Min(const Block& b) { return b.m; }
+};
+
+template <>
+struct Legacy<TensorType::Q5_0> {
+  using Block = fmt::BlockQ5_0;
+  static constexpr int kOffset = -16;
+  static constexpr bool kHasMin = false;
+  static HWY_INLINE void Unpack(const Block& b, V16* w) {
+    UnpackNibbles32(D16(), b.qs, w);
+    AddFifthBits32(D16(), b.qh, w);
+  }
+  static HWY_INLINE uint16_t Min(const Block&) { return 0; }
+};
+
+template <>
+struct Legacy<TensorType::Q5_1> {
+  using Block = fmt::BlockQ5_1;
+  static constexpr int kOffset = 0;
+  static constexpr bool kHasMin = true;
+  static HWY_INLINE void Unpack(const Block& b, V16* w) {
+    UnpackNibbles32(D16(), b.qs, w);
+    AddFifthBits32(D16(), b.qh, w);
+  }
+  static HWY_INLINE uint16_t Min(const Block& b) { return b.m; }
+};
+
+// Sum over one 32-element block of w * x, in int32 lanes.
+HWY_INLINE V32 BlockDot32(const V16* w, const int16_t* x) {
+  V32 sum0 = hn::Zero(D32()), sum1 = hn::Zero(D32());
+  for (size_t k = 0; k < kVecs32; ++k) {
+    sum0 = hn::ReorderWidenMulAccumulate(D32(), w[k], hn::LoadU(D16(), x + k * kLanes), sum0, sum1);
+  }
+  return hn::Add(sum0, sum1);
 }
 
-template <TensorType kType>
-HWY_INLINE void UnpackBlock32(const uint8_t* block, Block32& b) {
-  const D16 d16;
-  constexpr size_t N = kLanes16;
-  if constexpr (kType == TensorType::Q8_0) {
-    const auto* blk = reinterpret_cast<const fmt::BlockQ8_0*>(block);
-    b.d = fmt::f16_to_f32(blk->d);
-    b.m = 0;
-    for (size_t k = 0; k < 32; k += N) b.w[k / N] = hn::PromoteTo(d16, hn::LoadU(D8(), blk->qs + k));
-  } else if constexpr (kType == TensorType::Q4_0 || kType == TensorType::Q4_1) {
-    const uint8_t* qs;
-    if constexpr (kType == TensorType::Q4_0) {
-      const auto* blk = reinterpret_cast<const fmt::BlockQ4_0*>(block);
-      b.d = fmt::f16_to_f32(blk->d);
-      b.m = 0;
-      qs = blk->qs;
-    } else {
-      const auto* blk = reinterpret_cast<const fmt::BlockQ4_1*>(block);
-      b.d = fmt::f16_to_f32(blk->d);
-      b.m = fmt::f16_to_f32(blk->m);
-      qs = blk->qs;
+// Runs body(b, acc) for b in [0, n), alternating between the two accumulator sets with the parity known at
+// compile time (an indexed accumulator would live in memory).
+template <int T, class Body>
+HWY_INLINE void ForBlocksAlternating(int n, TileAccumulators<T>& tile, const Body& body) {
+  int b = 0;
+  for (; b + 2 <= n; b += 2) {
+    body(b, tile.acc[0]);
+    body(b + 1, tile.acc[1]);
+  }
+  if (b < n) body(b, tile.acc[0]);
+}
+
+// Legacy block scales of one chunk, for every token of the tile: dd[t][b] = d_w[b] * d_x[t][b], and the
+// offset term, offset_sum += sum_b offset_w[b] * scaled_sum32_x[t][b]. Works on 8 blocks at a time: the
+// block arrays are zero-padded to a multiple of 8 and the activation arrays are padded by the caller.
+template <TensorType kType, int T>
+HWY_INLINE void PrepareLegacyChunk(const uint16_t* d_f16, const uint16_t* m_f16, int n_padded, const TokenQ* x,
+                                   int64_t c0, float (*dd)[kChunkBlocks32], TileAccumulators<T>& tile) {
+  using L = Legacy<kType>;
+  const hn::CappedTag<float, 8> df;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const int N = int(hn::Lanes(df));
+  for (int t = 0; t < T; ++t) {
+    auto offset_sum = hn::Zero(df);
+    for (int b = 0; b < n_padded; b += N) {
+      const auto d_w = hn::PromoteTo(df, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(d_f16 + b)));
+      hn::Store(hn::Mul(d_w, hn::LoadU(df, x[t].scale + c0 + b)), df, dd[t] + b);
+      if constexpr (L::kHasMin) {
+        const auto m_w = hn::PromoteTo(df, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(m_f16 + b)));
+        offset_sum = hn::MulAdd(m_w, hn::LoadU(df, x[t].scaled_sum32 + c0 + b), offset_sum);
+      } else if constexpr (L::kOffset != 0) {
+        offset_sum = hn::MulAdd(d_w, hn::LoadU(df, x[t].scaled_sum32 + c0 + b), offset_sum);
+      }
     }
-    const auto offset = hn::Set(d16, kType == TensorType::Q4_0 ? 8 : 0);
-    for (size_t k = 0; k < 16; k += N) {
-      const V16 bytes = LoadNibbleBytes(qs + k);
-      b.w[k / N] = hn::Sub(LowNibbles(bytes), offset);
-      b.w[(16 + k) / N] = hn::Sub(HighNibbles(bytes), offset);
-    }
-  } else if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_1) {
-    const uint8_t* qs;
-    uint32_t qh;
-    if constexpr (kType == TensorType::Q5_0) {
-      const auto* blk = reinterpret_cast<const fmt::BlockQ5_0*>(block);
-      b.d = fmt::f16_to_f32(blk->d);
-      b.m = 0;
-      qs = blk->qs;
-      std::memcpy(&qh, blk->qh, 4);
-    } else {
-      const auto* blk = reinterpret_cast<const fmt::BlockQ5_1*>(block);
-      b.d = fmt::f16_to_f32(blk->d);
-      b.m = fmt::f16_to_f32(blk->m);
-      qs = blk->qs;
-      std::memcpy(&qh, blk->qh, 4);
-    }
-    const auto offset = hn::Set(d16, kType == TensorType::Q5_0 ? 16 : 0);
-    for (size_t k = 0; k < 16; k += N) {
-      const V16 bytes = LoadNibbleBytes(qs + k);
-      b.w[k / N] = hn::Sub(hn::Or(LowNibbles(bytes), FifthBits(qh, int(k))), offset);
-      b.w[(16 + k) / N] = hn::Sub(hn::Or(HighNibbles(bytes), FifthBits(qh, int(16 + k))), offset);
+    if constexpr (L::kHasMin || L::kOffset != 0) {
+      const float sum = hn::GetLane(hn::SumOfLanes(df, offset_sum));
+      tile.offset[t] += L::kHasMin ? sum : float(L::kOffset) * sum;
     }
   }
 }
 
 template <TensorType kType, int T>
-HWY_INLINE void DotRowBlock32(const uint8_t* row, int64_t n_in, const TokenQ* x, float* out) {
-  constexpr size_t block_bytes = kType == TensorType::Q8_0   ? sizeof(fmt::BlockQ8_0)
-                                 : kType == TensorType::Q4_0 ? sizeof(fmt::BlockQ4_0)
-                                 : kType == TensorType::Q4_1 ? sizeof(fmt::BlockQ4_1)
-                                 : kType == TensorType::Q5_0 ? sizeof(fmt::BlockQ5_0)
-                                                             : sizeof(fmt::BlockQ5_1);
-  constexpr bool kHasMin = kType == TensorType::Q4_1 || kType == TensorType::Q5_1;
-  constexpr size_t N = kLanes16;
-  const DF df;
-  const D32 d32;
-  VF acc[T];
-  float min_term[T];
-  for (int t = 0; t < T; ++t) {
-    acc[t] = hn::Zero(df);
-    min_term[t] = 0;
-  }
+HWY_INLINE void DotRowLegacy(const uint8_t* row, int64_t n_in, const TokenQ* x, float* out) {
+  using L = Legacy<kType>;
+  const auto* blocks = reinterpret_cast<const typename L::Block*>(row);
   const int64_t nb = n_in / 32;
-  for (int64_t i = 0; i < nb; ++i) {
-    Block32 b;
-    UnpackBlock32<kType>(row + i * block_bytes, b);
-    for (int t = 0; t < T; ++t) {
-      const int16_t* xq = x[t].q + 32 * i;
-      V32 s0 = hn::Zero(d32), s1 = hn::Zero(d32);
-      for (size_t k = 0; k < 32; k += N) MulAcc(b.w[k / N], xq + k, s0, s1);
-      const float scale = b.d * x[t].scale[i];
-      acc[t] = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0, s1)), hn::Set(df, scale), acc[t]);
-      if constexpr (kHasMin) min_term[t] += b.m * x[t].scale[i] * x[t].sum32[i];
+  TileAccumulators<T> tile;
+  HWY_ALIGN uint16_t d_f16[kChunkBlocks32], m_f16[kChunkBlocks32];
+  HWY_ALIGN float dd[T][kChunkBlocks32];
+  for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
+    const int n = int(std::min<int64_t>(kChunkBlocks32, nb - c0));
+    const int n_padded = (n + 7) & ~7;
+    for (int b = 0; b < n; ++b) {
+      d_f16[b] = blocks[c0 + b].d;
+      if constexpr (L::kHasMin) m_f16[b] = L::Min(blocks[c0 + b]);
     }
+    for (int b = n; b < n_padded; ++b) d_f16[b] = m_f16[b] = 0;
+    PrepareLegacyChunk<kType, T>(d_f16, m_f16, n_padded, x, c0, dd, tile);
+    ForBlocksAlternating<T>(n, tile, [&](int b, VF* acc) HWY_ATTR {
+      V16 w[kVecs32];
+      L::Unpack(blocks[c0 + b], w);
+      for (int t = 0; t < T; ++t) {
+        const V32 isum = BlockDot32(w, x[t].q + (c0 + b) * 32);
+        acc[t] = hn::MulAdd(hn::ConvertTo(DF(), isum), hn::Set(DF(), dd[t][b]), acc[t]);
+      }
+    });
   }
-  for (int t = 0; t < T; ++t) out[t] = SumLanes(acc[t]) + min_term[t];
+  tile.Store(out);
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// K-quants: 256-element super-blocks. Sub-block scales are multiplied into the int16 weights; the sub-block
-// mins of Q4_K/Q5_K are applied through the activation sums (sum over the sub-block of q_x).
+// K-quants: 256-element super-blocks.
 
-struct SuperBlockK {
-  float d, dmin;
-  int16_t scale[16];  // per sub-block (8 of 32 for Q4_K/Q5_K, 16 of 16 for Q6_K)
-  int16_t min[8];
-};
+// The Q6_K scale of 16-element sub-block `sub` as an int16 vector; when a vector spans two sub-blocks
+// (512-bit targets), its upper 16 lanes take the scale of sub + 1.
+template <class D>
+HWY_INLINE hn::Vec<D> SubBlockScales(D d, const int8_t* scales, int sub) {
+  if constexpr (hn::MaxLanes(d) > 16) {
+    const hn::Half<D> dh;
+    return Combine(d, hn::Set(dh, scales[sub + 1]), hn::Set(dh, scales[sub]));
+  } else {
+    return hn::Set(d, scales[sub]);
+  }
+}
 
-// Q4_K/Q5_K: chunk c (0..3) covers elements [64c, 64c + 64): low nibbles are sub-block 2c, high 2c + 1.
+// Q4_K/Q5_K chunk c (0..3) covers elements [64c, 64c + 64): low nibbles are sub-block 2c, high 2c + 1.
 template <bool kFiveBits, int T>
-HWY_INLINE void DotChunkQ45K(const uint8_t* qs, const uint8_t* qh, int chunk, const SuperBlockK& sb,
-                             const TokenQ* x, int64_t base, V32* isum) {
+HWY_INLINE void DotChunkQ45K(const uint8_t* qs, const uint8_t* qh, int chunk, int16_t scale_lo,
+                             int16_t scale_hi, const TokenQ* x, int64_t base, V32* isum) {
   const D16 d16;
-  constexpr size_t N = kLanes16;
-  const auto scale_lo = hn::Set(d16, sb.scale[2 * chunk]);
-  const auto scale_hi = hn::Set(d16, sb.scale[2 * chunk + 1]);
-  for (size_t k = 0; k < 32; k += N) {
-    V16 lo = LowNibbles(LoadNibbleBytes(qs + k));
-    V16 hi = HighNibbles(LoadNibbleBytes(qs + k));
+  const auto mul_lo = hn::Set(d16, scale_lo), mul_hi = hn::Set(d16, scale_hi);
+  for (size_t k = 0; k < 32; k += kLanes) {
+    const V16 bytes = LoadBytes(d16, qs + k);
+    V16 lo = hn::And(bytes, hn::Set(d16, 0x0F));
+    V16 hi = hn::ShiftRight<4>(bytes);
     if constexpr (kFiveBits) {
-      const V16 bits = hn::ShiftRightSame(LoadNibbleBytes(qh + k), 2 * chunk);
+      const V16 bits = hn::ShiftRightSame(LoadBytes(d16, qh + k), 2 * chunk);
       lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(bits, hn::Set(d16, 1))));
       hi = hn::Or(hi, hn::ShiftLeft<3>(hn::And(bits, hn::Set(d16, 2))));
     }
-    lo = hn::Mul(lo, scale_lo);
-    hi = hn::Mul(hi, scale_hi);
+    lo = hn::Mul(lo, mul_lo);
+    hi = hn::Mul(hi, mul_hi);
     for (int t = 0; t < T; ++t) {
-      const int16_t* xq = x[t].q + base + 64 * chunk;
+      const int16_t* xq = x[t].q + base + 64 * chunk + k;
       V32 s1 = hn::Zero(D32());
-      isum[t] = hn::ReorderWidenMulAccumulate(D32(), lo, hn::LoadU(d16, xq + k), isum[t], s1);
-      isum[t] = hn::ReorderWidenMulAccumulate(D32(), hi, hn::LoadU(d16, xq + 32 + k), isum[t], s1);
+      isum[t] = hn::ReorderWidenMulAccumulate(D32(), lo, hn::LoadU(d16, xq), isum[t], s1);
+      isum[t] = hn::ReorderWidenMulAccumulate(D32(), hi, hn::LoadU(d16, xq + 32), isum[t], s1);
       isum[t] = hn::Add(isum[t], s1);
     }
+  }
+}
+
+// All eight 6-bit scales and mins of a Q4_K/Q5_K block at once, four bytes per 32-bit word (the packing is
+// described at formats::unpack_scale_min_k4): sub-blocks 0..3 are the low six bits of bytes 0..3 (scales)
+// and 4..7 (mins); sub-blocks 4..7 take a nibble from bytes 8..11 and their top two bits from the high bits
+// of bytes 0..7.
+HWY_INLINE void UnpackScalesMinsK4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  static_assert(std::endian::native == std::endian::little, "K-quant scale unpacking assumes little endian");
+  uint32_t w[3];
+  std::memcpy(w, packed, 12);
+  const uint32_t scales_lo = w[0] & 0x3F3F3F3Fu, mins_lo = w[1] & 0x3F3F3F3Fu;
+  const uint32_t scales_hi = (w[2] & 0x0F0F0F0Fu) | ((w[0] >> 2) & 0x30303030u);
+  const uint32_t mins_hi = ((w[2] >> 4) & 0x0F0F0F0Fu) | ((w[1] >> 2) & 0x30303030u);
+  std::memcpy(scales, &scales_lo, 4);
+  std::memcpy(scales + 4, &scales_hi, 4);
+  std::memcpy(mins, &mins_lo, 4);
+  std::memcpy(mins + 4, &mins_hi, 4);
+}
+
+// Eight unsigned bytes as int16 scales, and as floats times `factor`.
+HWY_INLINE void WidenEight(const uint8_t* bytes, int16_t* as_int16) {
+  const hn::CappedTag<int16_t, 8> d;
+  const hn::Rebind<uint8_t, decltype(d)> d8;
+  for (size_t i = 0; i < 8; i += hn::Lanes(d)) hn::StoreU(hn::BitCast(d, hn::PromoteTo(hn::RebindToUnsigned<decltype(d)>(), hn::LoadU(d8, bytes + i))), d, as_int16 + i);
+}
+
+HWY_INLINE void ScaleEight(const uint8_t* bytes, float factor, float* out) {
+  const hn::CappedTag<float, 8> df;
+  const hn::Rebind<int32_t, decltype(df)> di;
+  const hn::Rebind<uint8_t, decltype(df)> d8;
+  for (size_t i = 0; i < 8; i += hn::Lanes(df)) {
+    const auto v = hn::ConvertTo(df, hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<decltype(di)>(), hn::LoadU(d8, bytes + i))));
+    hn::StoreU(hn::Mul(v, hn::Set(df, factor)), df, out + i);
   }
 }
 
@@ -213,43 +372,41 @@ template <TensorType kType, int T>
 HWY_INLINE void DotRowQ45K(const uint8_t* row, int64_t n_in, const TokenQ* x, float* out) {
   constexpr bool kFive = kType == TensorType::Q5_K;
   using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
-  const DF df;
-  VF acc[T];
-  float min_term[T];
-  for (int t = 0; t < T; ++t) {
-    acc[t] = hn::Zero(df);
-    min_term[t] = 0;
-  }
   const auto* blocks = reinterpret_cast<const Block*>(row);
   const int64_t nb = n_in / fmt::QK_K;
-  for (int64_t i = 0; i < nb; ++i) {
-    const Block& blk = blocks[i];
-    SuperBlockK sb;
-    sb.d = fmt::f16_to_f32(blk.d);
-    sb.dmin = fmt::f16_to_f32(blk.dmin);
-    for (int sub = 0; sub < 8; ++sub) {
-      uint8_t sc, m;
-      fmt::unpack_scale_min_k4(blk.scales, sub, &sc, &m);
-      sb.scale[sub] = sc;
-      sb.min[sub] = m;
-    }
-    V32 isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = hn::Zero(D32());
-    const uint8_t* qh = nullptr;
-    if constexpr (kFive) qh = blk.qh;
-    for (int chunk = 0; chunk < 4; ++chunk) {
-      DotChunkQ45K<kFive, T>(blk.qs + 32 * chunk, qh, chunk, sb, x, i * fmt::QK_K, isum);
+  TileAccumulators<T> tile;
+  HWY_ALIGN float d_w[kChunkSuper], min_w[kChunkSub32], dd[T][kChunkSuper];
+  int16_t scales[kChunkSub32];
+  for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
+    const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
+    for (int b = 0; b < n; ++b) {
+      const Block& blk = blocks[c0 + b];
+      d_w[b] = ScaleF16(blk.d);
+      uint8_t sc[8], m[8];
+      UnpackScalesMinsK4(blk.scales, sc, m);
+      WidenEight(sc, scales + 8 * b);
+      ScaleEight(m, -ScaleF16(blk.dmin), min_w + 8 * b);
     }
     for (int t = 0; t < T; ++t) {
-      const float dx = x[t].scale[i];
-      acc[t] = hn::MulAdd(hn::ConvertTo(df, isum[t]), hn::Set(df, sb.d * dx), acc[t]);
-      const float* sums = x[t].sum32 + 8 * i;
-      float mins = 0;
-      for (int sub = 0; sub < 8; ++sub) mins += float(sb.min[sub]) * sums[sub];
-      min_term[t] += sb.dmin * dx * mins;
+      MulFloats(d_w, x[t].scale + c0, dd[t], n);
+      tile.offset[t] += DotFloats(min_w, x[t].scaled_sum32 + 8 * c0, 8 * n);
     }
+    ForBlocksAlternating<T>(n, tile, [&](int b, VF* acc) HWY_ATTR {
+      const Block& blk = blocks[c0 + b];
+      V32 isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = hn::Zero(D32());
+      const uint8_t* qh = nullptr;
+      if constexpr (kFive) qh = blk.qh;
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        DotChunkQ45K<kFive, T>(blk.qs + 32 * chunk, qh, chunk, scales[8 * b + 2 * chunk],
+                               scales[8 * b + 2 * chunk + 1], x, (c0 + b) * fmt::QK_K, isum);
+      }
+      for (int t = 0; t < T; ++t) {
+        acc[t] = hn::MulAdd(hn::ConvertTo(DF(), isum[t]), hn::Set(DF(), dd[t][b]), acc[t]);
+      }
+    });
   }
-  for (int t = 0; t < T; ++t) out[t] = SumLanes(acc[t]) - min_term[t];
+  tile.Store(out);
 }
 
 // Q6_K: within each half of 128 elements, element 32k + l (k 0..3) is nibble (k >= 2) of ql[l + 32(k & 1)]
@@ -257,47 +414,51 @@ HWY_INLINE void DotRowQ45K(const uint8_t* row, int64_t n_in, const TokenQ* x, fl
 template <int T>
 HWY_INLINE void DotRowQ6K(const uint8_t* row, int64_t n_in, const TokenQ* x, float* out) {
   const D16 d16;
-  const DF df;
-  constexpr size_t N = kLanes16;
-  VF acc[T];
-  for (int t = 0; t < T; ++t) acc[t] = hn::Zero(df);
   const auto* blocks = reinterpret_cast<const fmt::BlockQ6_K*>(row);
   const int64_t nb = n_in / fmt::QK_K;
+  TileAccumulators<T> tile;
+  HWY_ALIGN float d_w[kChunkSuper], dd[T][kChunkSuper];
   const auto mask4 = hn::Set(d16, 0x0F), mask2 = hn::Set(d16, 3), bias = hn::Set(d16, 32);
-  for (int64_t i = 0; i < nb; ++i) {
-    const fmt::BlockQ6_K& blk = blocks[i];
-    V32 isum[T];
-    for (int t = 0; t < T; ++t) isum[t] = hn::Zero(D32());
-    for (int half = 0; half < 2; ++half) {
-      const uint8_t* ql = blk.ql + 64 * half;
-      const uint8_t* qh = blk.qh + 32 * half;
-      const int8_t* sc = blk.scales + 8 * half;
-      for (size_t l = 0; l < 32; l += N) {
-        const V16 la = LoadNibbleBytes(ql + l), lb = LoadNibbleBytes(ql + 32 + l);
-        const V16 h = LoadNibbleBytes(qh + l);
-        const int s = int(l / 16);
-        V16 w[4];
-        w[0] = hn::Or(hn::And(la, mask4), hn::ShiftLeft<4>(hn::And(h, mask2)));
-        w[1] = hn::Or(hn::And(lb, mask4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), mask2)));
-        w[2] = hn::Or(hn::ShiftRight<4>(la), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), mask2)));
-        w[3] = hn::Or(hn::ShiftRight<4>(lb), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)));
-        for (int k = 0; k < 4; ++k) w[k] = hn::Mul(hn::Sub(w[k], bias), hn::Set(d16, sc[2 * k + s]));
-        for (int t = 0; t < T; ++t) {
-          const int16_t* xq = x[t].q + i * fmt::QK_K + 128 * half + l;
-          V32 s1 = hn::Zero(D32());
+  for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
+    const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
+    for (int b = 0; b < n; ++b) d_w[b] = ScaleF16(blocks[c0 + b].d);
+    for (int t = 0; t < T; ++t) MulFloats(d_w, x[t].scale + c0, dd[t], n);
+    ForBlocksAlternating<T>(n, tile, [&](int b, VF* acc) HWY_ATTR {
+      const fmt::BlockQ6_K& blk = blocks[c0 + b];
+      V32 isum[T];
+      for (int t = 0; t < T; ++t) isum[t] = hn::Zero(D32());
+      for (int half = 0; half < 2; ++half) {
+        const uint8_t* ql = blk.ql + 64 * half;
+        const uint8_t* qh = blk.qh + 32 * half;
+        const int8_t* sc = blk.scales + 8 * half;
+        for (size_t l = 0; l < 32; l += kLanes) {
+          const V16 la = LoadBytes(d16, ql + l), lb = LoadBytes(d16, ql + 32 + l);
+          const V16 h = LoadBytes(d16, qh + l);
+          const int s = int(l / 16);
+          V16 w[4];
+          w[0] = hn::Or(hn::And(la, mask4), hn::ShiftLeft<4>(hn::And(h, mask2)));
+          w[1] = hn::Or(hn::And(lb, mask4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), mask2)));
+          w[2] = hn::Or(hn::ShiftRight<4>(la), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), mask2)));
+          w[3] = hn::Or(hn::ShiftRight<4>(lb), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)));
           for (int k = 0; k < 4; ++k) {
-            isum[t] = hn::ReorderWidenMulAccumulate(D32(), w[k], hn::LoadU(d16, xq + 32 * k), isum[t], s1);
+            w[k] = hn::Mul(hn::Sub(w[k], bias), SubBlockScales(d16, sc, 2 * k + s));
           }
-          isum[t] = hn::Add(isum[t], s1);
+          for (int t = 0; t < T; ++t) {
+            const int16_t* xq = x[t].q + (c0 + b) * fmt::QK_K + 128 * half + l;
+            V32 s1 = hn::Zero(D32());
+            for (int k = 0; k < 4; ++k) {
+              isum[t] = hn::ReorderWidenMulAccumulate(D32(), w[k], hn::LoadU(d16, xq + 32 * k), isum[t], s1);
+            }
+            isum[t] = hn::Add(isum[t], s1);
+          }
         }
       }
-    }
-    const float d = fmt::f16_to_f32(blk.d);
-    for (int t = 0; t < T; ++t) {
-      acc[t] = hn::MulAdd(hn::ConvertTo(df, isum[t]), hn::Set(df, d * x[t].scale[i]), acc[t]);
-    }
+      for (int t = 0; t < T; ++t) {
+        acc[t] = hn::MulAdd(hn::ConvertTo(DF(), isum[t]), hn::Set(DF(), dd[t][b]), acc[t]);
+      }
+    });
   }
-  for (int t = 0; t < T; ++t) out[t] = SumLanes(acc[t]);
+  tile.Store(out);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -360,20 +521,20 @@ HWY_INLINE void DotRow(const MatmulJob& job, const uint8_t* row, int64_t t0, flo
     TokenQ x[T];
     for (int t = 0; t < T; ++t) {
       x[t] = {job.xq.q + (t0 + t) * job.n_in, job.xq.scale + (t0 + t) * n_groups,
-              job.xq.sum32 + (t0 + t) * (job.n_in / 32)};
+              job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32)};
     }
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
       DotRowQ45K<kType, T>(row, job.n_in, x, out);
     } else if constexpr (kType == TensorType::Q6_K) {
       DotRowQ6K<T>(row, job.n_in, x, out);
     } else {
-      DotRowBlock32<kType, T>(row, job.n_in, x, out);
+      DotRowLegacy<kType, T>(row, job.n_in, x, out);
     }
   }
 }
 
 template <TensorType kType, int T>
-void RowsForTokenTile(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t t0) {
+HWY_NOINLINE void RowsForTokenTile(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t t0) {
   float out[T];
   for (int64_t r = row_begin; r < row_end; ++r) {
     DotRow<kType, T>(job, job.weights + r * job.row_bytes, t0, out);
@@ -385,9 +546,7 @@ template <TensorType kType>
 void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                      int64_t token_end) {
   int64_t t0 = token_begin;
-  for (; t0 + kMaxTile <= token_end; t0 += kMaxTile) {
-    RowsForTokenTile<kType, kMaxTile>(job, row_begin, row_end, t0);
-  }
+  for (; t0 + kTile <= token_end; t0 += kTile) RowsForTokenTile<kType, kTile>(job, row_begin, row_end, t0);
   switch (token_end - t0) {
     case 3: RowsForTokenTile<kType, 3>(job, row_begin, row_end, t0); break;
     case 2: RowsForTokenTile<kType, 2>(job, row_begin, row_end, t0); break;
@@ -399,27 +558,31 @@ void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, i
 // y[t][r] for rows [row_begin, row_end) and tokens [token_begin, token_end).
 void MatmulRows(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                 int64_t token_end) {
+#define SPARROW_MATMUL_CASE(type) \
+  case TensorType::type: return MatmulRowsTyped<TensorType::type>(job, row_begin, row_end, token_begin, token_end);
   switch (job.type) {
-    case TensorType::F32: return MatmulRowsTyped<TensorType::F32>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::F16: return MatmulRowsTyped<TensorType::F16>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::BF16: return MatmulRowsTyped<TensorType::BF16>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q8_0: return MatmulRowsTyped<TensorType::Q8_0>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q4_0: return MatmulRowsTyped<TensorType::Q4_0>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q4_1: return MatmulRowsTyped<TensorType::Q4_1>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q5_0: return MatmulRowsTyped<TensorType::Q5_0>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q5_1: return MatmulRowsTyped<TensorType::Q5_1>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q4_K: return MatmulRowsTyped<TensorType::Q4_K>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q5_K: return MatmulRowsTyped<TensorType::Q5_K>(job, row_begin, row_end, token_begin, token_end);
-    case TensorType::Q6_K: return MatmulRowsTyped<TensorType::Q6_K>(job, row_begin, row_end, token_begin, token_end);
+    SPARROW_MATMUL_CASE(F32)
+    SPARROW_MATMUL_CASE(F16)
+    SPARROW_MATMUL_CASE(BF16)
+    SPARROW_MATMUL_CASE(Q8_0)
+    SPARROW_MATMUL_CASE(Q4_0)
+    SPARROW_MATMUL_CASE(Q4_1)
+    SPARROW_MATMUL_CASE(Q5_0)
+    SPARROW_MATMUL_CASE(Q5_1)
+    SPARROW_MATMUL_CASE(Q4_K)
+    SPARROW_MATMUL_CASE(Q5_K)
+    SPARROW_MATMUL_CASE(Q6_K)
     default: return;  // rejected by the caller
   }
+#undef SPARROW_MATMUL_CASE
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Activation quantization: per group of `group` elements, scale = max|x| / 127, q = round(x / scale).
+// Activation quantization: per group of `group` elements, scale = max|x| / 127, q = round(x / scale); and per
+// 32 elements, scale * sum(q), for the offset terms.
 
 void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, int group, int16_t* q, float* scale,
-                    float* sum32) {
+                    float* scaled_sum32) {
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
@@ -443,7 +606,8 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, int group, i
           vsum = hn::Add(vsum, qi);
           hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
         }
-        sum32[t * (n_in / 32) + (g * group + s) / 32] = float(hn::GetLane(hn::SumOfLanes(di, vsum)));
+        const float sum = float(hn::GetLane(hn::SumOfLanes(di, vsum)));
+        scaled_sum32[t * (n_in / 32) + (g * group + s) / 32] = d * sum;
       }
     }
   }

@@ -63,10 +63,12 @@ size_t checked_row_bytes(const char* what, const WeightMatrix& w) {
   return size_t(w.n_in / g.elements) * g.bytes;
 }
 
+constexpr size_t kActivationPadding = 16;
+
 // Per-calling-thread scratch for quantized activations, grown as needed and reused across calls.
 struct ActivationScratch {
   hwy::AlignedFreeUniquePtr<int16_t[]> q;
-  std::vector<float> scale, sum32;
+  std::vector<float> scale, scaled_sum32;
   size_t q_capacity = 0;
 
   QuantizedTokens quantize(const float* x, int64_t n_in, int64_t n_tokens, int group) {
@@ -75,10 +77,13 @@ struct ActivationScratch {
       q = hwy::AllocateAligned<int16_t>(n);
       q_capacity = n;
     }
-    scale.resize(size_t(n_tokens * (n_in / group)));
-    sum32.resize(size_t(n_tokens * (n_in / 32)));
-    HWY_DYNAMIC_DISPATCH(QuantizeTokens)(x, n_in, n_tokens, group, q.get(), scale.data(), sum32.data());
-    return QuantizedTokens{group, q.get(), scale.data(), sum32.data()};
+    // Kernels read per-block activation data 8 blocks at a time, up to 7 entries past a row's end: pad with
+    // zeros so that those reads stay in bounds and finite.
+    const size_t n_scales = size_t(n_tokens * (n_in / group)), n_sums = size_t(n_tokens * (n_in / 32));
+    scale.assign(n_scales + kActivationPadding, 0.0f);
+    scaled_sum32.assign(n_sums + kActivationPadding, 0.0f);
+    HWY_DYNAMIC_DISPATCH(QuantizeTokens)(x, n_in, n_tokens, group, q.get(), scale.data(), scaled_sum32.data());
+    return QuantizedTokens{group, q.get(), scale.data(), scaled_sum32.data()};
   }
 };
 

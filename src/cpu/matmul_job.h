@@ -15,7 +15,7 @@ struct QuantizedTokens {
   int group = 0;                  // elements per scale: 32 or 256
   const int16_t* q = nullptr;     // [n_tokens][n_in], each in [-127, 127]
   const float* scale = nullptr;   // [n_tokens][n_in / group]
-  const float* sum32 = nullptr;   // [n_tokens][n_in / 32]: sum of q over each 32 elements (integer-valued)
+  const float* scaled_sum32 = nullptr;  // [n_tokens][n_in / 32]: scale * (sum of q) over each 32 elements
 };
 
 struct MatmulJob {
