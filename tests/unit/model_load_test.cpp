@@ -1,0 +1,126 @@
+// Loading a model whose file is valid GGUF but wrong for its architecture: a one-line error naming the file
+// and the key or tensor, never a crash. Each case edits a tiny model made by `sparrow mkmodel`.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <functional>
+#include <set>
+
+#include "cli_test_util.h"
+#include "gguf/gguf.h"
+#include "runtime/model.h"
+#include "util/error.h"
+
+namespace sparrow {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path& tiny_gemma4() {
+  static const fs::path path = [] {
+    fs::path p = fs::temp_directory_path() / ("sparrow-model-load-" + std::to_string(::getpid()) + ".gguf");
+    auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type q8_0 --seed 3 -o " + p.string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
+struct Edit {
+  std::set<std::string> drop_keys;
+  std::set<std::string> drop_tensors;
+  std::function<void(gguf::Writer&)> add;
+  std::string reshape_tensor;  // written with its last row dropped
+};
+
+// Copies the tiny model with an edit applied and returns the new path.
+fs::path edited_copy(const std::string& name, const Edit& edit) {
+  auto src = gguf::File::open(tiny_gemma4().string());
+  gguf::Writer w;
+  for (const auto& [key, value] : src->metadata())
+    if (!edit.drop_keys.count(key)) w.set_value(key, value);
+  if (edit.add) edit.add(w);
+  for (const gguf::TensorInfo& t : src->tensors()) {
+    if (edit.drop_tensors.count(t.name)) continue;
+    std::vector<int64_t> ne(t.ne, t.ne + t.n_dims);
+    if (t.name == edit.reshape_tensor) {
+      // One row fewer: still a valid GGUF tensor, but not the shape the architecture needs.
+      ne[1] -= 1;
+      w.add_tensor(t.name, t.type, ne, t.data, tensor_row_bytes(t.type, ne[0]) * ne[1]);
+      continue;
+    }
+    w.add_tensor(t.name, t.type, ne, t.data, t.nbytes);
+  }
+  fs::path out = fs::temp_directory_path() / ("sparrow-model-load-" + std::to_string(::getpid()) + "-" + name);
+  w.write(out.string());
+  return out;
+}
+
+void expect_load_error(const fs::path& file, const std::string& needle) {
+  try {
+    Model::load(file.string(), nullptr);
+    ADD_FAILURE() << "loading " << file << " should fail";
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find(file.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find(needle), std::string::npos) << msg;
+    EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  }
+  fs::remove(file);
+}
+
+TEST(ModelLoad, TheUneditedTinyModelLoads) {
+  auto m = Model::load(tiny_gemma4().string(), nullptr);
+  EXPECT_EQ(m->config.arch, Architecture::Gemma4);
+  EXPECT_GT(m->config.n_embd_per_layer, 0);
+}
+
+TEST(ModelLoad, MissingBlockCount) {
+  expect_load_error(edited_copy("no-block-count.gguf", {{"gemma4.block_count"}, {}, nullptr, ""}),
+                    "gemma4.block_count");
+}
+
+TEST(ModelLoad, MissingSlidingWindowPattern) {
+  expect_load_error(edited_copy("no-pattern.gguf", {{"gemma4.attention.sliding_window_pattern"}, {}, nullptr, ""}),
+                    "gemma4.attention.sliding_window_pattern");
+}
+
+TEST(ModelLoad, UnknownArchitecture) {
+  Edit e{{"general.architecture"}, {}, [](gguf::Writer& w) { w.set_string("general.architecture", "llama"); }, ""};
+  expect_load_error(edited_copy("llama.gguf", e), "general.architecture");
+}
+
+TEST(ModelLoad, MixtureOfExpertsIsRefusedClearly) {
+  Edit e{{}, {}, [](gguf::Writer& w) { w.set_u32("gemma4.expert_count", 128); }, ""};
+  expect_load_error(edited_copy("moe.gguf", e), "mixture-of-experts");
+}
+
+TEST(ModelLoad, MissingTensor) {
+  expect_load_error(edited_copy("no-ffn-up.gguf", {{}, {"blk.1.ffn_up.weight"}, nullptr, ""}),
+                    "blk.1.ffn_up.weight");
+}
+
+TEST(ModelLoad, WrongTensorShape) {
+  expect_load_error(edited_copy("bad-shape.gguf", {{}, {}, nullptr, "blk.0.attn_q.weight"}), "blk.0.attn_q.weight");
+}
+
+TEST(ModelLoad, PerLayerArrayOfTheWrongLength) {
+  Edit e{{"gemma4.feed_forward_length"}, {}, [](gguf::Writer& w) {
+           w.set_array_u32("gemma4.feed_forward_length", {256, 256});
+         }, ""};
+  expect_load_error(edited_copy("ff-array.gguf", e), "gemma4.feed_forward_length");
+}
+
+TEST(ModelLoad, KvHeadsThatDoNotDivideHeads) {
+  Edit e{{"gemma4.attention.head_count_kv"}, {}, [](gguf::Writer& w) {
+           w.set_u32("gemma4.attention.head_count_kv", 3);
+         }, ""};
+  expect_load_error(edited_copy("kv-heads.gguf", e), "gemma4.attention.head_count_kv");
+}
+
+TEST(ModelLoad, TokenizerMissing) {
+  expect_load_error(edited_copy("no-tokens.gguf", {{"tokenizer.ggml.tokens"}, {}, nullptr, ""}), "tokenizer.ggml");
+}
+
+}  // namespace
+}  // namespace sparrow
