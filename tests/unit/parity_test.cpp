@@ -106,7 +106,8 @@ std::string default_prompt_tokens() {
   const std::string text =
       "The old lighthouse keeper climbed the spiral stairs every evening, counting each of the one hundred and "
       "twelve steps. At the top he lit the lamp, wiped the salt from the glass, and watched the ships pass far "
-      "out beyond the rocks where his father had once sailed, long before the harbor was rebuilt.";
+      "out beyond the rocks where his father had once sailed, long before the harbor was rebuilt. Nobody in the "
+      "village remembered the storm of that winter, but he did.";
   auto r = run_sparrow("logits -m " + default_model_path() + " -p '" + text + "' -o /dev/null");
   std::istringstream ids(ids_line(r.out, "tokens"));
   std::string list, id;
