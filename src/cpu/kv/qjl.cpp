@@ -1,0 +1,118 @@
+// Optimized CPU ops of the qjl key codec ([fp16 ||k||][2d / 8 sign bytes]; formats/kv/qjl.cpp), compiled
+// once per SIMD target and picked at run time. Kernels: cpu/kv/turboquant-inl.h. Sign bits are decided on
+// float dot products summed in another order than the reference's double sums, so encode may differ only for
+// projections within rounding of zero.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/kv/qjl.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "cpu/kv/turboquant-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::cpu::HWY_NAMESPACE {
+namespace ts = turboquant_simd;
+namespace qjl = formats::qjl;
+
+bool QjlLanesSupported() { return ts::PowerOfTwoLanes(); }
+
+void QjlEncode(const float* k, int d, uint8_t* block) {
+  const int m = qjl::kCodecRowsPerDim * d;
+  float sketch[qjl::kCodecRowsPerDim * formats::turboquant::kMaxHeadDim];
+  formats::turboquant::store_norm(ts::Norm(k, d), block);
+  ts::Project(qjl::projection(m, d), k, m, d, sketch);
+  qjl::pack_signs(sketch, m, block + 2);
+}
+
+float QjlScaledNorm(const uint8_t* block, int m) {
+  return qjl::estimator_scale(m) * formats::turboquant::load_norm(block);
+}
+
+void QjlDecode(const uint8_t* block, int d, float* x) {
+  const int m = qjl::kCodecRowsPerDim * d;
+  float v[qjl::kCodecRowsPerDim * formats::turboquant::kMaxHeadDim];
+  ts::SignedFill(QjlScaledNorm(block, m), block + 2, m, v);
+  ts::ProjectTransposed(qjl::projection(m, d), v, m, d, x);
+}
+
+void QjlPrepareQuery(const float* q, int d, float* prepared) {
+  const int m = qjl::kCodecRowsPerDim * d;
+  ts::Project(qjl::projection(m, d), q, m, d, prepared);
+}
+
+float QjlScore(const float* prepared, const uint8_t* block, int d) {
+  const int m = qjl::kCodecRowsPerDim * d;
+  return QjlScaledNorm(block, m) * ts::SignedSum(prepared, block + 2, m);
+}
+
+void QjlAccumulate(float w, const uint8_t* block, int d, float* acc) {
+  const int m = qjl::kCodecRowsPerDim * d;
+  ts::SignedAccumulate(w * QjlScaledNorm(block, m), block + 2, m, acc);
+}
+
+void QjlFinish(const float* acc, int d, float* out) {
+  const int m = qjl::kCodecRowsPerDim * d;
+  ts::ProjectTransposed(qjl::projection(m, d), acc, m, d, out);
+}
+
+}  // namespace sparrow::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include "cpu/kv/cpu_codec_registry.h"
+#include "formats/kv/codec_registry.h"
+
+namespace sparrow::cpu {
+
+HWY_EXPORT(QjlLanesSupported);
+HWY_EXPORT(QjlEncode);
+HWY_EXPORT(QjlDecode);
+HWY_EXPORT(QjlPrepareQuery);
+HWY_EXPORT(QjlScore);
+HWY_EXPORT(QjlAccumulate);
+HWY_EXPORT(QjlFinish);
+
+namespace {
+
+// Head dims are checked here; a target whose lane count the kernels cannot use runs the reference ops.
+const formats::KvCodecOps& reference() { return *formats::qjl_codec().reference; }
+bool simd_usable(int d) {
+  formats::turboquant::check_head_dim("qjl", d);
+  return HWY_DYNAMIC_DISPATCH(QjlLanesSupported)();
+}
+
+void encode(const float* k, int d, uint8_t* block) {
+  if (!simd_usable(d)) return reference().encode(k, d, block);
+  HWY_DYNAMIC_DISPATCH(QjlEncode)(k, d, block);
+}
+void decode(const uint8_t* block, int d, float* x) {
+  if (!simd_usable(d)) return reference().decode(block, d, x);
+  HWY_DYNAMIC_DISPATCH(QjlDecode)(block, d, x);
+}
+void prepare_query(const float* q, int d, float* prepared) {
+  if (!simd_usable(d)) return reference().prepare_query(q, d, prepared);
+  HWY_DYNAMIC_DISPATCH(QjlPrepareQuery)(q, d, prepared);
+}
+float score(const float* prepared, const uint8_t* block, int d) {
+  if (!simd_usable(d)) return reference().score(prepared, block, d);
+  return HWY_DYNAMIC_DISPATCH(QjlScore)(prepared, block, d);
+}
+void accumulate(float w, const uint8_t* block, int d, float* acc) {
+  if (!simd_usable(d)) return reference().accumulate(w, block, d, acc);
+  HWY_DYNAMIC_DISPATCH(QjlAccumulate)(w, block, d, acc);
+}
+void finish(const float* acc, int d, float* out) {
+  if (!simd_usable(d)) return reference().finish(acc, d, out);
+  HWY_DYNAMIC_DISPATCH(QjlFinish)(acc, d, out);
+}
+
+}  // namespace
+
+const formats::KvCodecOps& qjl_ops() {
+  static const formats::KvCodecOps table = {encode, decode, prepare_query, score, accumulate, finish};
+  return table;
+}
+
+}  // namespace sparrow::cpu
+#endif  // HWY_ONCE
