@@ -395,8 +395,9 @@ InnerProductStats inner_product_errors(const TbqCodec& c, int d, int pairs, uint
   return stats;
 }
 
-// Unbiased: the mean error is within 3 standard errors of 0 over 100000 pairs at d = 128 (fewer pairs at the
-// other head dims, to keep the suite fast). Variance: the QJL lemma bounds the residual sketch's error by
+// Unbiased: the mean error is within 3 standard errors of 0 over 100000 pairs at d = 128; the other head dims
+// run fewer pairs (to keep the suite fast) and allow 3.5 standard errors (12 such checks in this file and
+// kv_qjl_test.cpp; see there). Variance: the QJL lemma bounds the residual sketch's error by
 // pi/(2m) ||q||^2 ||r||^2 with m = d rows, and TurboQuant's theorem 2 puts D_prod at about 0.18/d (3 bits) and
 // 0.047/d (4 bits) for unit vectors; both must hold (orthogonal rows make ours smaller).
 TEST(KvTurboQuant, InnerProductCodecsAreUnbiasedWithThePredictedVariance) {
@@ -412,7 +413,7 @@ TEST(KvTurboQuant, InnerProductCodecsAreUnbiasedWithThePredictedVariance) {
                   "pi/2 = 1.571/d), D_prod = %.4f/d (paper %.3f/d)\n",
                   c.info().name.data(), d, s.error.mean(), z, pairs, s.normalised_by_residual * d,
                   s.normalised_by_key * d, cs.paper_d_prod);
-      EXPECT_LT(std::fabs(z), 3.0) << c.info().name << " d=" << d;
+      EXPECT_LT(std::fabs(z), d == 128 ? 3.0 : 3.5) << c.info().name << " d=" << d;
       EXPECT_LE(s.normalised_by_residual, M_PI / (2 * d)) << c.info().name << " d=" << d;
       EXPECT_LE(s.normalised_by_key, cs.paper_d_prod / d) << c.info().name << " d=" << d;
     }

@@ -151,7 +151,8 @@ HWY_INLINE VI CodesAt(const uint8_t* packed, int n, int e) {
   if constexpr (kBits == 4) {
     const int half = n / 2;
     const VI bytes = LoadBytes(packed + e % half);
-    return e < half ? hn::And(bytes, hn::Set(di, 15)) : hn::ShiftRight<4>(bytes);
+    if (e < half) return hn::And(bytes, hn::Set(di, 15));
+    return hn::ShiftRight<4>(bytes);
   } else {
     const int quarter = n / 4;
     const VI low = hn::And(hn::ShiftRightSame(LoadBytes(packed + e % quarter), 2 * (e / quarter)), hn::Set(di, 3));
@@ -230,10 +231,11 @@ HWY_INLINE float QuantizeSubBlock(const float* y, int n, float norm, const fmt::
   const DI di;
   const int N = int(hn::Lanes(df));
   const int levels = 1 << book.bits;
-  const VF divisor = hn::Set(df, norm);
+  // A zero sub-block quantizes u = 0 (its stored norm is 0); dividing by 1 keeps the loop branch-free.
+  const VF divisor = hn::Set(df, norm > 0 ? norm : 1.0f);
   VF recon_sq = hn::Zero(df);
   for (int e = 0; e < n; e += N) {
-    const VF u = norm > 0 ? hn::Div(hn::LoadU(df, y + e), divisor) : hn::Zero(df);
+    const VF u = hn::Div(hn::LoadU(df, y + e), divisor);
     VI code = hn::Zero(di);
     for (int b = 0; b + 1 < levels; ++b)  // count of boundaries strictly below u (lloyd_max_index)
       code = hn::Sub(code, hn::VecFromMask(di, hn::RebindMask(di, hn::Gt(u, hn::Set(df, book.boundaries[b])))));
