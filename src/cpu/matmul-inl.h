@@ -35,7 +35,6 @@ namespace sparrow::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace fmt = sparrow::formats;
 
-constexpr int kTile = 4;  // tokens that share one unpacking of a weight block
 
 // int16 lanes, capped at 32 (512 bits): one 32-element block is then one vector on AVX-512, two on AVX2.
 using D16 = hn::CappedTag<int16_t, 32>;
@@ -47,6 +46,12 @@ using V32 = hn::Vec<D32>;
 using VF = hn::Vec<DF>;
 constexpr size_t kLanes = hn::MaxLanes(D16());
 constexpr size_t kVecs32 = 32 / kLanes;  // vectors per 32 elements
+
+// The micro-kernel multiplies kRows weight rows with kTile tokens: a weight block is unpacked once per row
+// and used for kTile tokens, an activation vector is loaded once per token and used for kRows rows. Two
+// rows where 32 vector registers hold the 2 x 4 int32 and float accumulators (AVX-512); else one.
+constexpr int kTile = 4;
+constexpr int kRows = kLanes >= 32 ? 2 : 1;
 
 // f16 block scale -> float, inline and branch-free: the 15 magnitude bits shifted into a float's exponent
 // and mantissa are the value times 2^-112 (exact, subnormal halves included). Valid for finite halves, which
@@ -100,8 +105,7 @@ HWY_INLINE void AddFifthBits32(D d, const uint8_t* qh, hn::Vec<D>* w) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Per-row preparation, shared by all quantized types: for a chunk of blocks, the (token, block) scale
-// products and each token's offset term.
+// Shared pieces: activations of one token, float helpers, accumulators.
 
 constexpr int kChunkBlocks32 = 64;  // 2048 elements of legacy types per chunk
 constexpr int kChunkSuper = 8;      // 2048 elements of K-quants per chunk
@@ -133,23 +137,54 @@ HWY_INLINE void MulFloats(const float* a, const float* b, float* out, int n) {
   for (; i < n; ++i) out[i] = a[i] * b[i];
 }
 
-// Two accumulators per token so that consecutive blocks do not wait on one FMA chain.
-template <int T>
+// Float accumulators of R rows x T tokens, index r * T + t. With fewer than 4 (row, token) pairs there are
+// two sets, alternated between consecutive blocks, so that a block does not wait for the previous block's
+// FMA; from 4 pairs on, their independent chains overlap anyway. Nothing here may have its address taken
+// (no pointer into the struct escapes), so that the compiler keeps the accumulators in registers.
+template <int R, int T>
 struct TileAccumulators {
-  VF acc[2][T];
-  float offset[T];
+  static constexpr int kPairs = R * T;
+  static constexpr int kSets = kPairs >= 4 ? 1 : 2;
+  VF acc[kSets][kPairs];
   HWY_INLINE TileAccumulators() {
-    for (int t = 0; t < T; ++t) {
-      acc[0][t] = acc[1][t] = hn::Zero(DF());
-      offset[t] = 0;
+    for (int p = 0; p < kPairs; ++p) {
+      for (int set = 0; set < kSets; ++set) acc[set][p] = hn::Zero(DF());
     }
   }
-  HWY_INLINE void Store(float* out) const {
-    for (int t = 0; t < T; ++t) {
-      out[t] = hn::GetLane(hn::SumOfLanes(DF(), hn::Add(acc[0][t], acc[1][t]))) + offset[t];
+  // out[r * T + t] = sum of the lanes + offset[r * T + t]
+  HWY_INLINE void Store(const float* offset, float* out) const {
+    for (int p = 0; p < kPairs; ++p) {
+      VF sum = acc[0][p];
+      if constexpr (kSets == 2) sum = hn::Add(sum, acc[1][p]);
+      out[p] = hn::GetLane(hn::SumOfLanes(DF(), sum)) + offset[p];
     }
   }
 };
+
+// Block bodies are lambdas; they must be inlined as early as the HWY_INLINE helpers, or the accumulators they
+// update stay in memory.
+#ifndef SPARROW_ALWAYS_INLINE
+#define SPARROW_ALWAYS_INLINE __attribute__((always_inline))
+#endif
+
+// Runs body(b, acc) for b in [0, n), alternating between the accumulator sets with the set known at compile
+// time (an indexed accumulator would live in memory).
+template <int R, int T, class Body>
+HWY_INLINE void ForBlocks(int n, TileAccumulators<R, T>& tile, const Body& body) {
+  int b = 0;
+  if constexpr (TileAccumulators<R, T>::kSets == 2) {
+    for (; b + 2 <= n; b += 2) {
+      body(b, tile.acc[0]);
+      body(b + 1, tile.acc[1]);
+    }
+  }
+  for (; b < n; ++b) body(b, tile.acc[0]);
+}
+
+// acc += float(isum) * scale
+HWY_INLINE VF ScaledAdd(V32 isum, float scale, VF acc) {
+  return hn::MulAdd(hn::ConvertTo(DF(), isum), hn::Set(DF(), scale), acc);
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Legacy 32-element blocks.
@@ -213,33 +248,12 @@ struct Legacy<TensorType::Q5_1> {
   static HWY_INLINE uint16_t Min(const Block& b) { return b.m; }
 };
 
-// Sum over one 32-element block of w * x, in int32 lanes.
-HWY_INLINE V32 BlockDot32(const V16* w, const int16_t* x) {
-  V32 sum0 = hn::Zero(D32()), sum1 = hn::Zero(D32());
-  for (size_t k = 0; k < kVecs32; ++k) {
-    sum0 = hn::ReorderWidenMulAccumulate(D32(), w[k], hn::LoadU(D16(), x + k * kLanes), sum0, sum1);
-  }
-  return hn::Add(sum0, sum1);
-}
-
-// Runs body(b, acc) for b in [0, n), alternating between the two accumulator sets with the parity known at
-// compile time (an indexed accumulator would live in memory).
-template <int T, class Body>
-HWY_INLINE void ForBlocksAlternating(int n, TileAccumulators<T>& tile, const Body& body) {
-  int b = 0;
-  for (; b + 2 <= n; b += 2) {
-    body(b, tile.acc[0]);
-    body(b + 1, tile.acc[1]);
-  }
-  if (b < n) body(b, tile.acc[0]);
-}
-
-// Legacy block scales of one chunk, for every token of the tile: dd[t][b] = d_w[b] * d_x[t][b], and the
-// offset term, offset_sum += sum_b offset_w[b] * scaled_sum32_x[t][b]. Works on 8 blocks at a time: the
-// block arrays are zero-padded to a multiple of 8 and the activation arrays are padded by the caller.
+// Legacy block scales of one chunk of one row, for every token of the tile: dd[t][b] = d_w[b] * d_x[t][b],
+// and the offset term, offset[t] += sum_b offset_w[b] * scaled_sum32_x[t][b]. Works on 8 blocks at a time:
+// the block arrays are zero-padded to a multiple of 8 and the activation arrays are padded by the caller.
 template <TensorType kType, int T>
 HWY_INLINE void PrepareLegacyChunk(const uint16_t* d_f16, const uint16_t* m_f16, int n_padded, const TokenQ* x,
-                                   int64_t c0, float (*dd)[kChunkBlocks32], TileAccumulators<T>& tile) {
+                                   int64_t c0, float (*dd)[kChunkBlocks32], float* offset) {
   using L = Legacy<kType>;
   const hn::CappedTag<float, 8> df;
   const hn::Rebind<hwy::float16_t, decltype(df)> dh;
@@ -258,38 +272,52 @@ HWY_INLINE void PrepareLegacyChunk(const uint16_t* d_f16, const uint16_t* m_f16,
     }
     if constexpr (L::kHasMin || L::kOffset != 0) {
       const float sum = hn::GetLane(hn::SumOfLanes(df, offset_sum));
-      tile.offset[t] += L::kHasMin ? sum : float(L::kOffset) * sum;
+      offset[t] += L::kHasMin ? sum : float(L::kOffset) * sum;
     }
   }
 }
 
-template <TensorType kType, int T>
-HWY_INLINE void DotRowLegacy(const uint8_t* row, int64_t n_in, const TokenQ* x, float* out) {
+template <TensorType kType, int R, int T>
+HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
   using L = Legacy<kType>;
-  const auto* blocks = reinterpret_cast<const typename L::Block*>(row);
+  using Block = typename L::Block;
+  const Block* blocks[R];
+  for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
   const int64_t nb = n_in / 32;
-  TileAccumulators<T> tile;
+  TileAccumulators<R, T> tile;
+  float offset[R * T] = {};
   HWY_ALIGN uint16_t d_f16[kChunkBlocks32], m_f16[kChunkBlocks32];
-  HWY_ALIGN float dd[T][kChunkBlocks32];
+  HWY_ALIGN float dd[R][T][kChunkBlocks32];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
     const int n = int(std::min<int64_t>(kChunkBlocks32, nb - c0));
     const int n_padded = (n + 7) & ~7;
-    for (int b = 0; b < n; ++b) {
-      d_f16[b] = blocks[c0 + b].d;
-      if constexpr (L::kHasMin) m_f16[b] = L::Min(blocks[c0 + b]);
-    }
-    for (int b = n; b < n_padded; ++b) d_f16[b] = m_f16[b] = 0;
-    PrepareLegacyChunk<kType, T>(d_f16, m_f16, n_padded, x, c0, dd, tile);
-    ForBlocksAlternating<T>(n, tile, [&](int b, VF* acc) HWY_ATTR {
-      V16 w[kVecs32];
-      L::Unpack(blocks[c0 + b], w);
-      for (int t = 0; t < T; ++t) {
-        const V32 isum = BlockDot32(w, x[t].q + (c0 + b) * 32);
-        acc[t] = hn::MulAdd(hn::ConvertTo(DF(), isum), hn::Set(DF(), dd[t][b]), acc[t]);
+    for (int r = 0; r < R; ++r) {
+      for (int b = 0; b < n; ++b) {
+        d_f16[b] = blocks[r][c0 + b].d;
+        if constexpr (L::kHasMin) m_f16[b] = L::Min(blocks[r][c0 + b]);
       }
-    });
+      for (int b = n; b < n_padded; ++b) d_f16[b] = m_f16[b] = 0;
+      PrepareLegacyChunk<kType, T>(d_f16, m_f16, n_padded, x, c0, dd[r], offset + r * T);
+    }
+    VF acc[R * T];
+    for (int p = 0; p < R * T; ++p) acc[p] = hn::Zero(DF());
+    for (int b = 0; b < n; ++b) {
+      V16 w[R][kVecs32];
+      for (int r = 0; r < R; ++r) L::Unpack(blocks[r][c0 + b], w[r]);
+      for (int t = 0; t < T; ++t) {
+        const int16_t* xq = x[t].q + (c0 + b) * 32;
+        V32 sum0[R], sum1[R];
+        for (int r = 0; r < R; ++r) sum0[r] = sum1[r] = hn::Zero(D32());
+        for (size_t k = 0; k < kVecs32; ++k) {
+          const V16 xv = hn::LoadU(D16(), xq + k * kLanes);
+          for (int r = 0; r < R; ++r) sum0[r] = hn::ReorderWidenMulAccumulate(D32(), w[r][k], xv, sum0[r], sum1[r]);
+        }
+        for (int r = 0; r < R; ++r) acc[r * T + t] = ScaledAdd(hn::Add(sum0[r], sum1[r]), dd[r][t][b], acc[r * T + t]);
+      }
+    }
+    for (int p = 0; p < R * T; ++p) tile.acc[0][p] = hn::Add(tile.acc[0][p], acc[p]);
   }
-  tile.Store(out);
+  tile.Store(offset, out);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -304,33 +332,6 @@ HWY_INLINE hn::Vec<D> SubBlockScales(D d, const int8_t* scales, int sub) {
     return Combine(d, hn::Set(dh, scales[sub + 1]), hn::Set(dh, scales[sub]));
   } else {
     return hn::Set(d, scales[sub]);
-  }
-}
-
-// Q4_K/Q5_K chunk c (0..3) covers elements [64c, 64c + 64): low nibbles are sub-block 2c, high 2c + 1.
-template <bool kFiveBits, int T>
-HWY_INLINE void DotChunkQ45K(const uint8_t* qs, const uint8_t* qh, int chunk, int16_t scale_lo,
-                             int16_t scale_hi, const TokenQ* x, int64_t base, V32* isum) {
-  const D16 d16;
-  const auto mul_lo = hn::Set(d16, scale_lo), mul_hi = hn::Set(d16, scale_hi);
-  for (size_t k = 0; k < 32; k += kLanes) {
-    const V16 bytes = LoadBytes(d16, qs + k);
-    V16 lo = hn::And(bytes, hn::Set(d16, 0x0F));
-    V16 hi = hn::ShiftRight<4>(bytes);
-    if constexpr (kFiveBits) {
-      const V16 bits = hn::ShiftRightSame(LoadBytes(d16, qh + k), 2 * chunk);
-      lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(bits, hn::Set(d16, 1))));
-      hi = hn::Or(hi, hn::ShiftLeft<3>(hn::And(bits, hn::Set(d16, 2))));
-    }
-    lo = hn::Mul(lo, mul_lo);
-    hi = hn::Mul(hi, mul_hi);
-    for (int t = 0; t < T; ++t) {
-      const int16_t* xq = x[t].q + base + 64 * chunk + k;
-      V32 s1 = hn::Zero(D32());
-      isum[t] = hn::ReorderWidenMulAccumulate(D32(), lo, hn::LoadU(d16, xq), isum[t], s1);
-      isum[t] = hn::ReorderWidenMulAccumulate(D32(), hi, hn::LoadU(d16, xq + 32), isum[t], s1);
-      isum[t] = hn::Add(isum[t], s1);
-    }
   }
 }
 
@@ -368,97 +369,160 @@ HWY_INLINE void ScaleEight(const uint8_t* bytes, float factor, float* out) {
   }
 }
 
-template <TensorType kType, int T>
-HWY_INLINE void DotRowQ45K(const uint8_t* row, int64_t n_in, const TokenQ* x, float* out) {
-  constexpr bool kFive = kType == TensorType::Q5_K;
-  using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
-  const auto* blocks = reinterpret_cast<const Block*>(row);
-  const int64_t nb = n_in / fmt::QK_K;
-  TileAccumulators<T> tile;
-  HWY_ALIGN float d_w[kChunkSuper], min_w[kChunkSub32], dd[T][kChunkSuper];
-  int16_t scales[kChunkSub32];
-  for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
-    const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
-    for (int b = 0; b < n; ++b) {
-      const Block& blk = blocks[c0 + b];
-      d_w[b] = ScaleF16(blk.d);
-      uint8_t sc[8], m[8];
-      UnpackScalesMinsK4(blk.scales, sc, m);
-      WidenEight(sc, scales + 8 * b);
-      ScaleEight(m, -ScaleF16(blk.dmin), min_w + 8 * b);
+// Per-row data of a chunk of Q4_K/Q5_K super-blocks: int16 sub-block scales, and the scale products and
+// min terms for the tile's tokens.
+template <class Block, int T>
+HWY_INLINE void PrepareQ45KChunk(const Block* blocks, int n, const TokenQ* x, int64_t c0, int16_t* scales,
+                                 float (*dd)[kChunkSuper], float* offset) {
+  HWY_ALIGN float d_w[kChunkSuper], min_w[kChunkSub32];
+  for (int b = 0; b < n; ++b) {
+    const Block& blk = blocks[c0 + b];
+    d_w[b] = ScaleF16(blk.d);
+    uint8_t sc[8], m[8];
+    UnpackScalesMinsK4(blk.scales, sc, m);
+    WidenEight(sc, scales + 8 * b);
+    ScaleEight(m, -ScaleF16(blk.dmin), min_w + 8 * b);
+  }
+  for (int t = 0; t < T; ++t) {
+    MulFloats(d_w, x[t].scale + c0, dd[t], n);
+    offset[t] += DotFloats(min_w, x[t].scaled_sum32 + 8 * c0, 8 * n);
+  }
+}
+
+// Q4_K/Q5_K chunk c (0..3) of a super-block covers elements [64c, 64c + 64): low nibbles are sub-block 2c,
+// high nibbles 2c + 1.
+template <bool kFiveBits, int R, int T>
+HWY_INLINE void DotChunkQ45K(const uint8_t* const* qs, const uint8_t* const* qh, int chunk,
+                             const int16_t* const* scales, const TokenQ* x, int64_t base, V32* isum) {
+  const D16 d16;
+  for (size_t k = 0; k < 32; k += kLanes) {
+    V16 lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      const V16 bytes = LoadBytes(d16, qs[r] + 32 * chunk + k);
+      lo[r] = hn::And(bytes, hn::Set(d16, 0x0F));
+      hi[r] = hn::ShiftRight<4>(bytes);
+      if constexpr (kFiveBits) {
+        const V16 bits = hn::ShiftRightSame(LoadBytes(d16, qh[r] + k), 2 * chunk);
+        lo[r] = hn::Or(lo[r], hn::ShiftLeft<4>(hn::And(bits, hn::Set(d16, 1))));
+        hi[r] = hn::Or(hi[r], hn::ShiftLeft<3>(hn::And(bits, hn::Set(d16, 2))));
+      }
+      lo[r] = hn::Mul(lo[r], hn::Set(d16, scales[r][2 * chunk]));
+      hi[r] = hn::Mul(hi[r], hn::Set(d16, scales[r][2 * chunk + 1]));
     }
     for (int t = 0; t < T; ++t) {
-      MulFloats(d_w, x[t].scale + c0, dd[t], n);
-      tile.offset[t] += DotFloats(min_w, x[t].scaled_sum32 + 8 * c0, 8 * n);
-    }
-    ForBlocksAlternating<T>(n, tile, [&](int b, VF* acc) HWY_ATTR {
-      const Block& blk = blocks[c0 + b];
-      V32 isum[T];
-      for (int t = 0; t < T; ++t) isum[t] = hn::Zero(D32());
-      const uint8_t* qh = nullptr;
-      if constexpr (kFive) qh = blk.qh;
-      for (int chunk = 0; chunk < 4; ++chunk) {
-        DotChunkQ45K<kFive, T>(blk.qs + 32 * chunk, qh, chunk, scales[8 * b + 2 * chunk],
-                               scales[8 * b + 2 * chunk + 1], x, (c0 + b) * fmt::QK_K, isum);
+      const int16_t* xq = x[t].q + base + 64 * chunk + k;
+      const V16 x_lo = hn::LoadU(d16, xq), x_hi = hn::LoadU(d16, xq + 32);
+      for (int r = 0; r < R; ++r) {
+        V32& sum = isum[r * T + t];
+        V32 s1 = hn::Zero(D32());
+        sum = hn::ReorderWidenMulAccumulate(D32(), lo[r], x_lo, sum, s1);
+        sum = hn::ReorderWidenMulAccumulate(D32(), hi[r], x_hi, sum, s1);
+        sum = hn::Add(sum, s1);
       }
-      for (int t = 0; t < T; ++t) {
-        acc[t] = hn::MulAdd(hn::ConvertTo(DF(), isum[t]), hn::Set(DF(), dd[t][b]), acc[t]);
+    }
+  }
+}
+
+template <TensorType kType, int R, int T>
+HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
+  constexpr bool kFive = kType == TensorType::Q5_K;
+  using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
+  const Block* blocks[R];
+  for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
+  const int64_t nb = n_in / fmt::QK_K;
+  TileAccumulators<R, T> tile;
+  float offset[R * T] = {};
+  HWY_ALIGN float dd[R][T][kChunkSuper];
+  int16_t scales[R][kChunkSub32];
+  for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
+    const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
+    for (int r = 0; r < R; ++r) PrepareQ45KChunk<Block, T>(blocks[r], n, x, c0, scales[r], dd[r], offset + r * T);
+    ForBlocks<R, T>(n, tile, [&](int b, VF* acc) HWY_ATTR SPARROW_ALWAYS_INLINE {
+      const uint8_t* qs[R];
+      const uint8_t* qh[R];
+      const int16_t* sc[R];
+      for (int r = 0; r < R; ++r) {
+        qs[r] = blocks[r][c0 + b].qs;
+        qh[r] = nullptr;
+        if constexpr (kFive) qh[r] = blocks[r][c0 + b].qh;
+        sc[r] = scales[r] + 8 * b;
+      }
+      V32 isum[R * T];
+      for (int p = 0; p < R * T; ++p) isum[p] = hn::Zero(D32());
+      // Not unrolled: GCC would otherwise reassociate the int32 sums of all four chunks into one tree whose
+      // partial products no longer fit in registers.
+      HWY_UNROLL(1)
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        DotChunkQ45K<kFive, R, T>(qs, qh, chunk, sc, x, (c0 + b) * fmt::QK_K, isum);
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) acc[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], acc[r * T + t]);
       }
     });
   }
-  tile.Store(out);
+  tile.Store(offset, out);
 }
 
 // Q6_K: within each half of 128 elements, element 32k + l (k 0..3) is nibble (k >= 2) of ql[l + 32(k & 1)]
 // with bits 2k..2k+1 of qh[l] on top, minus 32; 16-element sub-blocks each have a signed 8-bit scale.
-template <int T>
-HWY_INLINE void DotRowQ6K(const uint8_t* row, int64_t n_in, const TokenQ* x, float* out) {
+template <int R>
+HWY_INLINE void UnpackQ6K(const fmt::BlockQ6_K& blk, int half, size_t l, V16* w) {
   const D16 d16;
-  const auto* blocks = reinterpret_cast<const fmt::BlockQ6_K*>(row);
-  const int64_t nb = n_in / fmt::QK_K;
-  TileAccumulators<T> tile;
-  HWY_ALIGN float d_w[kChunkSuper], dd[T][kChunkSuper];
   const auto mask4 = hn::Set(d16, 0x0F), mask2 = hn::Set(d16, 3), bias = hn::Set(d16, 32);
+  const uint8_t* ql = blk.ql + 64 * half;
+  const V16 la = LoadBytes(d16, ql + l), lb = LoadBytes(d16, ql + 32 + l);
+  const V16 h = LoadBytes(d16, blk.qh + 32 * half + l);
+  w[0] = hn::Or(hn::And(la, mask4), hn::ShiftLeft<4>(hn::And(h, mask2)));
+  w[1] = hn::Or(hn::And(lb, mask4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), mask2)));
+  w[2] = hn::Or(hn::ShiftRight<4>(la), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), mask2)));
+  w[3] = hn::Or(hn::ShiftRight<4>(lb), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)));
+  const int8_t* sc = blk.scales + 8 * half;
+  const int s = int(l / 16);
+  for (int k = 0; k < 4; ++k) w[k] = hn::Mul(hn::Sub(w[k], bias), SubBlockScales(d16, sc, 2 * k + s));
+}
+
+template <int R, int T>
+HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
+  const fmt::BlockQ6_K* blocks[R];
+  for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const fmt::BlockQ6_K*>(rows[r]);
+  const int64_t nb = n_in / fmt::QK_K;
+  TileAccumulators<R, T> tile;
+  float offset[R * T] = {};
+  HWY_ALIGN float d_w[kChunkSuper], dd[R][T][kChunkSuper];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
     const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
-    for (int b = 0; b < n; ++b) d_w[b] = ScaleF16(blocks[c0 + b].d);
-    for (int t = 0; t < T; ++t) MulFloats(d_w, x[t].scale + c0, dd[t], n);
-    ForBlocksAlternating<T>(n, tile, [&](int b, VF* acc) HWY_ATTR {
-      const fmt::BlockQ6_K& blk = blocks[c0 + b];
-      V32 isum[T];
-      for (int t = 0; t < T; ++t) isum[t] = hn::Zero(D32());
+    for (int r = 0; r < R; ++r) {
+      for (int b = 0; b < n; ++b) d_w[b] = ScaleF16(blocks[r][c0 + b].d);
+      for (int t = 0; t < T; ++t) MulFloats(d_w, x[t].scale + c0, dd[r][t], n);
+    }
+    ForBlocks<R, T>(n, tile, [&](int b, VF* acc) HWY_ATTR SPARROW_ALWAYS_INLINE {
+      V32 isum[R * T];
+      for (int p = 0; p < R * T; ++p) isum[p] = hn::Zero(D32());
+      HWY_UNROLL(1)
       for (int half = 0; half < 2; ++half) {
-        const uint8_t* ql = blk.ql + 64 * half;
-        const uint8_t* qh = blk.qh + 32 * half;
-        const int8_t* sc = blk.scales + 8 * half;
         for (size_t l = 0; l < 32; l += kLanes) {
-          const V16 la = LoadBytes(d16, ql + l), lb = LoadBytes(d16, ql + 32 + l);
-          const V16 h = LoadBytes(d16, qh + l);
-          const int s = int(l / 16);
-          V16 w[4];
-          w[0] = hn::Or(hn::And(la, mask4), hn::ShiftLeft<4>(hn::And(h, mask2)));
-          w[1] = hn::Or(hn::And(lb, mask4), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<2>(h), mask2)));
-          w[2] = hn::Or(hn::ShiftRight<4>(la), hn::ShiftLeft<4>(hn::And(hn::ShiftRight<4>(h), mask2)));
-          w[3] = hn::Or(hn::ShiftRight<4>(lb), hn::ShiftLeft<4>(hn::ShiftRight<6>(h)));
-          for (int k = 0; k < 4; ++k) {
-            w[k] = hn::Mul(hn::Sub(w[k], bias), SubBlockScales(d16, sc, 2 * k + s));
-          }
+          V16 w[R][4];
+          for (int r = 0; r < R; ++r) UnpackQ6K<R>(blocks[r][c0 + b], half, l, w[r]);
           for (int t = 0; t < T; ++t) {
             const int16_t* xq = x[t].q + (c0 + b) * fmt::QK_K + 128 * half + l;
-            V32 s1 = hn::Zero(D32());
             for (int k = 0; k < 4; ++k) {
-              isum[t] = hn::ReorderWidenMulAccumulate(D32(), w[k], hn::LoadU(d16, xq + 32 * k), isum[t], s1);
+              const V16 xv = hn::LoadU(D16(), xq + 32 * k);
+              for (int r = 0; r < R; ++r) {
+                V32 s1 = hn::Zero(D32());
+                V32& sum = isum[r * T + t];
+                sum = hn::ReorderWidenMulAccumulate(D32(), w[r][k], xv, sum, s1);
+                sum = hn::Add(sum, s1);
+              }
             }
-            isum[t] = hn::Add(isum[t], s1);
           }
         }
       }
-      for (int t = 0; t < T; ++t) {
-        acc[t] = hn::MulAdd(hn::ConvertTo(DF(), isum[t]), hn::Set(DF(), dd[t][b]), acc[t]);
+      for (int r = 0; r < R; ++r) {
+        for (int t = 0; t < T; ++t) acc[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], acc[r * T + t]);
       }
     });
   }
-  tile.Store(out);
+  tile.Store(offset, out);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -510,12 +574,15 @@ HWY_INLINE void DotRowFloat(const uint8_t* row, int64_t n_in, const float* const
 // ---------------------------------------------------------------------------------------------------------
 // Row loops.
 
-template <TensorType kType, int T>
-HWY_INLINE void DotRow(const MatmulJob& job, const uint8_t* row, int64_t t0, float* out) {
+// out[r * T + t] for R consecutive rows starting at `row` and T tokens starting at t0.
+template <TensorType kType, int R, int T>
+HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* out) {
+  const uint8_t* rows[R];
+  for (int r = 0; r < R; ++r) rows[r] = job.weights + (row + r) * job.row_bytes;
   if constexpr (kType == TensorType::F32 || kType == TensorType::F16 || kType == TensorType::BF16) {
     const float* x[T];
     for (int t = 0; t < T; ++t) x[t] = job.x + (t0 + t) * job.n_in;
-    DotRowFloat<kType, T>(row, job.n_in, x, out);
+    for (int r = 0; r < R; ++r) DotRowFloat<kType, T>(rows[r], job.n_in, x, out + r * T);
   } else {
     const int64_t n_groups = job.n_in / job.xq.group;
     TokenQ x[T];
@@ -524,21 +591,30 @@ HWY_INLINE void DotRow(const MatmulJob& job, const uint8_t* row, int64_t t0, flo
               job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32)};
     }
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
-      DotRowQ45K<kType, T>(row, job.n_in, x, out);
+      DotRowsQ45K<kType, R, T>(rows, job.n_in, x, out);
     } else if constexpr (kType == TensorType::Q6_K) {
-      DotRowQ6K<T>(row, job.n_in, x, out);
+      DotRowsQ6K<R, T>(rows, job.n_in, x, out);
     } else {
-      DotRowLegacy<kType, T>(row, job.n_in, x, out);
+      DotRowsLegacy<kType, R, T>(rows, job.n_in, x, out);
     }
   }
 }
 
 template <TensorType kType, int T>
 HWY_NOINLINE void RowsForTokenTile(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t t0) {
-  float out[T];
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    DotRow<kType, T>(job, job.weights + r * job.row_bytes, t0, out);
-    for (int t = 0; t < T; ++t) job.y[(t0 + t) * job.n_out + r] = out[t];
+  float out[kRows * T];
+  int64_t r = row_begin;
+  for (; r + kRows <= row_end; r += kRows) {
+    DotRows<kType, kRows, T>(job, r, t0, out);
+    for (int i = 0; i < kRows; ++i) {
+      for (int t = 0; t < T; ++t) job.y[(t0 + t) * job.n_out + r + i] = out[i * T + t];
+    }
+  }
+  if constexpr (kRows > 1) {
+    for (; r < row_end; ++r) {
+      DotRows<kType, 1, T>(job, r, t0, out);
+      for (int t = 0; t < T; ++t) job.y[(t0 + t) * job.n_out + r] = out[t];
+    }
   }
 }
 
@@ -547,12 +623,11 @@ void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, i
                      int64_t token_end) {
   int64_t t0 = token_begin;
   for (; t0 + kTile <= token_end; t0 += kTile) RowsForTokenTile<kType, kTile>(job, row_begin, row_end, t0);
-  switch (token_end - t0) {
-    case 3: RowsForTokenTile<kType, 3>(job, row_begin, row_end, t0); break;
-    case 2: RowsForTokenTile<kType, 2>(job, row_begin, row_end, t0); break;
-    case 1: RowsForTokenTile<kType, 1>(job, row_begin, row_end, t0); break;
-    default: break;
+  if (t0 + 2 <= token_end) {
+    RowsForTokenTile<kType, 2>(job, row_begin, row_end, t0);
+    t0 += 2;
   }
+  if (t0 < token_end) RowsForTokenTile<kType, 1>(job, row_begin, row_end, t0);
 }
 
 // y[t][r] for rows [row_begin, row_end) and tokens [token_begin, token_end).
