@@ -63,8 +63,7 @@ Gemma4BpeTokenizer::Gemma4BpeTokenizer(TokenizerVocab& vocab) : VocabTokenizer(v
   }
 }
 
-MergeTable::Merge Gemma4BpeTokenizer::find_merge(const Symbol& left, const Symbol& right,
-                                                  std::string_view word) const {
+MergeTable::Merge Gemma4BpeTokenizer::find_merge(const Symbol& left, const Symbol& right, std::string_view word) const {
   if (left.id >= 0 && right.id >= 0) return merges_by_ids_.find(left.id, right.id);
   if (merges_by_text_.empty()) return MergeTable::Merge{};
   std::string key(word.substr(left.begin, left.size));

@@ -13,7 +13,7 @@ namespace sparrow::tokenizer_impl {
 namespace {
 
 struct Symbol {
-  int32_t prev, next;  // neighbours in the list of live symbols, -1 at the ends
+  int32_t prev, next;    // neighbours in the list of live symbols, -1 at the ends
   uint32_t begin, size;  // bytes of the text; size 0 once merged into the symbol on its left
 };
 

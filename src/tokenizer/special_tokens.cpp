@@ -43,10 +43,10 @@ int32_t SpecialTokenMatcher::child(int32_t node, uint8_t byte) const {
 // llama.cpp's rule on one cluster: candidates in priority order, each taking its leftmost occurrences that
 // lie wholly inside the stretches no earlier candidate took.
 void SpecialTokenMatcher::resolve(std::string_view text, Cluster& cluster, std::vector<Piece>& taken) const {
-  std::sort(cluster.candidates.begin(), cluster.candidates.end());
-  cluster.candidates.erase(std::unique(cluster.candidates.begin(), cluster.candidates.end()),
-                           cluster.candidates.end());
-  struct Span { size_t begin, end; };
+  std::sort(cluster.candidates.begin(), cluster.candidates.end());  // priority order
+  struct Span {
+    size_t begin, end;
+  };
   std::vector<Span> free{{cluster.begin, cluster.end}}, still_free;
   const size_t first_taken = taken.size();
   for (uint32_t index : cluster.candidates) {
@@ -73,6 +73,10 @@ std::vector<SpecialTokenMatcher::Piece> SpecialTokenMatcher::split(std::string_v
   if (parse_special || any_always_split_) {
     Cluster cluster;
     bool open = false;
+    // listed_in[c] == cluster number when candidate c is already listed for that cluster: a long run of spaces
+    // holds ~30 overlapping candidates at every byte, and each need be tried once.
+    std::vector<uint32_t> listed_in;
+    uint32_t cluster_number = 0;
     for (size_t start = 0; start < text.size(); ++start) {
       if (open && start >= cluster.end) {
         resolve(text, cluster, taken);
@@ -86,9 +90,14 @@ std::vector<SpecialTokenMatcher::Piece> SpecialTokenMatcher::split(std::string_v
             cluster.begin = cluster.end = start;
             cluster.candidates.clear();
             open = true;
+            ++cluster_number;
+            if (listed_in.empty()) listed_in.assign(candidates_.size(), 0);
           }
           cluster.end = std::max(cluster.end, next);
-          cluster.candidates.push_back(static_cast<uint32_t>(index));
+          if (listed_in[index] != cluster_number) {
+            listed_in[index] = cluster_number;
+            cluster.candidates.push_back(static_cast<uint32_t>(index));
+          }
         }
         if (next == text.size()) break;
         node = child(node, static_cast<uint8_t>(text[next]));

@@ -19,7 +19,7 @@ namespace sparrow::tokenizer_impl {
 class SpecialTokenMatcher {
  public:
   struct Candidate {
-    std::string_view text;       // must outlive the matcher
+    std::string_view text;  // must outlive the matcher
     int32_t id;
     bool only_if_parse_special;  // control and unknown tokens; user-defined ones are always split out
   };
@@ -37,17 +37,17 @@ class SpecialTokenMatcher {
   // A stretch of text [begin, end) covered by overlapping occurrences of the special tokens listed.
   struct Cluster {
     size_t begin = 0, end = 0;
-    std::vector<uint32_t> candidates;  // indices into candidates_, possibly repeated
+    std::vector<uint32_t> candidates;  // indices into candidates_, each once
   };
   int32_t child(int32_t node, uint8_t byte) const;
   // Appends the special tokens taken inside a cluster, in text order.
   void resolve(std::string_view text, Cluster& cluster, std::vector<Piece>& taken) const;
 
   std::vector<Candidate> candidates_;
-  std::vector<int32_t> node_candidate_;              // per trie node: index into candidates_ ending here, or -1
-  std::vector<int32_t> root_children_;               // 256 entries: the root's child per first byte, or -1
-  std::unordered_map<uint64_t, int32_t> children_;   // (node << 8 | byte) -> child, below the root
-  bool any_always_split_ = false;                    // some candidate is split out even without parse_special
+  std::vector<int32_t> node_candidate_;             // per trie node: index into candidates_ ending here, or -1
+  std::vector<int32_t> root_children_;              // 256 entries: the root's child per first byte, or -1
+  std::unordered_map<uint64_t, int32_t> children_;  // (node << 8 | byte) -> child, below the root
+  bool any_always_split_ = false;                   // some candidate is split out even without parse_special
 };
 
 }  // namespace sparrow::tokenizer_impl

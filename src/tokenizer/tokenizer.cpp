@@ -48,7 +48,8 @@ TokenizerVocab Tokenizer::read_vocab(const gguf::File& file) {
     }
   }
   if (file.has("tokenizer.ggml.token_type")) {
-    for (int64_t t : file.get_int_array("tokenizer.ggml.token_type")) vocab.token_types.push_back(static_cast<int32_t>(t));
+    for (int64_t t : file.get_int_array("tokenizer.ggml.token_type"))
+      vocab.token_types.push_back(static_cast<int32_t>(t));
   }
   if (file.has("tokenizer.ggml.merges")) vocab.merges = file.get_string_array("tokenizer.ggml.merges");
 

@@ -14,19 +14,18 @@ namespace sparrow {
 
 // llama.cpp's token types (tokenizer.ggml.token_type).
 namespace token_type {
-constexpr int32_t kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5,
-                  kByte = 6;
+constexpr int32_t kUndefined = 0, kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
 }
 
 // The tokenizer.* metadata of a GGUF file as plain values, so a tokenizer can be built from a file or, in
 // tests, by hand. Fields left empty take llama.cpp's defaults for the tokenizer model.
 struct TokenizerVocab {
-  std::string origin = "<vocab>";    // names the source (the GGUF path) in error messages
-  std::string model;                 // tokenizer.ggml.model: "llama" (SentencePiece) or "gemma4" (BPE)
-  std::vector<std::string> tokens;   // tokenizer.ggml.tokens; a token's id is its index
-  std::vector<float> scores;         // tokenizer.ggml.scores (SentencePiece merge priority); empty: all 0
-  std::vector<int32_t> token_types;  // tokenizer.ggml.token_type (token_type::k*); empty: all normal
-  std::vector<std::string> merges;   // tokenizer.ggml.merges, "left right"; rank = index (BPE only)
+  std::string origin = "<vocab>";             // names the source (the GGUF path) in error messages
+  std::string model;                          // tokenizer.ggml.model: "llama" (SentencePiece) or "gemma4" (BPE)
+  std::vector<std::string> tokens;            // tokenizer.ggml.tokens; a token's id is its index
+  std::vector<float> scores;                  // tokenizer.ggml.scores (SentencePiece merge priority); empty: all 0
+  std::vector<int32_t> token_types;           // tokenizer.ggml.token_type (token_type::k*); empty: all normal
+  std::vector<std::string> merges;            // tokenizer.ggml.merges, "left right"; rank = index (BPE only)
   std::optional<int32_t> bos, eos, eot, eom;  // tokenizer.ggml.{bos,eos,eot,eom}_token_id
   std::optional<bool> add_bos;                // tokenizer.ggml.add_bos_token
   std::optional<bool> add_space_prefix;       // tokenizer.ggml.add_space_prefix (SentencePiece only)

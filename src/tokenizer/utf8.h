@@ -52,7 +52,9 @@ inline void append_code_point(uint32_t cp, std::string& out) {
 // continuation bits checked; overlong forms and surrogates accepted) and advances `at`. Undecodable: U+FFFD,
 // advancing one byte.
 inline uint32_t decode_code_point(std::string_view text, size_t& at) {
-  auto continuation = [&](size_t k) { return at + k < text.size() && (static_cast<uint8_t>(text[at + k]) & 0xC0) == 0x80; };
+  auto continuation = [&](size_t k) {
+    return at + k < text.size() && (static_cast<uint8_t>(text[at + k]) & 0xC0) == 0x80;
+  };
   auto bits = [&](size_t k) { return static_cast<uint32_t>(static_cast<uint8_t>(text[at + k]) & 0x3F); };
   const uint8_t lead = static_cast<uint8_t>(text[at]);
   uint32_t cp;

@@ -23,17 +23,20 @@ uint32_t attr_of_type(int32_t type) {
 
 // Texts llama.cpp treats as control tokens whatever their type (end-of-turn and fill-in-the-middle markers)...
 constexpr std::string_view kControlLooking[] = {
-    "<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>", "<|code_prefix|>",
-    "<|prefix|>", "<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
-    "<|code_suffix|>", "<|suffix|>", "<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>",
-    "▁<MID>", "<|code_middle|>", "<|middle|>"};
+    "<|fim_prefix|>",  "<fim-prefix>",  "<fim_prefix>",    "<｜fim▁begin｜>", "<PRE>",           "▁<PRE>",
+    "<|code_prefix|>", "<|prefix|>",    "<|fim_suffix|>",  "<fim-suffix>",    "<fim_suffix>",    "<｜fim▁hole｜>",
+    "<SUF>",           "▁<SUF>",        "<|code_suffix|>", "<|suffix|>",      "<|fim_middle|>",  "<fim-middle>",
+    "<fim_middle>",    "<｜fim▁end｜>", "<MID>",           "▁<MID>",          "<|code_middle|>", "<|middle|>"};
 // ... and those that also end generation (llama.cpp's list, which names Gemma's <end_of_turn>, <eos>, <turn|>
 // and <|tool_response>).
+// clang-format off
 constexpr std::string_view kEndOfGeneration[] = {
     "<|eot_id|>", "<|im_end|>", "<|end|>", "<|return|>", "<|call|>", "<|flush|>", "<|calls|>", "<end_of_turn>",
     "<|endoftext|>", "</s>", "<|eom_id|>", "<EOT>", "_<EOT>", "[EOT]", "[EOS]", "<|end_of_text|>",
-    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[", "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>",
-    "<fim-repo>", "<REPO>", "<reponame>", "<|file_sep|>"};
+    "<end_of_utterance>", "<eos>", "<turn|>", "<|tool_response>", "<｜end▁of▁sentence｜>", "[e~[",
+    "<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]", "<|fim_repo|>", "<|repo_name|>", "<fim-repo>",
+    "<REPO>", "<reponame>", "<|file_sep|>"};
+// clang-format on
 
 bool contains(const std::vector<int32_t>& ids, int32_t id) {
   return std::find(ids.begin(), ids.end(), id) != ids.end();
@@ -62,8 +65,8 @@ void VocabTokenizer::check_and_index_tokens(TokenizerVocab& vocab) {
                 " tokens, more than int32 ids can name");
   const size_t n = vocab.tokens.size();
   if (!vocab.token_types.empty() && vocab.token_types.size() < n)
-    throw Error(origin_ + ": tokenizer.ggml.token_type: " + std::to_string(vocab.token_types.size()) +
-                " entries for " + std::to_string(n) + " tokens");
+    throw Error(origin_ + ": tokenizer.ggml.token_type: " + std::to_string(vocab.token_types.size()) + " entries for " +
+                std::to_string(n) + " tokens");
   token_types_ = vocab.token_types;
   token_types_.resize(n, token_type::kNormal);
 
@@ -126,8 +129,7 @@ void VocabTokenizer::build_special_matcher() {
   // Longest text first, as llama.cpp. Equal lengths keep the order std::sort leaves them in, which is what
   // llama.cpp gets from the same call on the same id-ordered input; it decides only between two equally long
   // special tokens overlapping in a text.
-  std::sort(order.begin(), order.end(),
-            [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
+  std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return tokens_[a].size() > tokens_[b].size(); });
   std::vector<SpecialTokenMatcher::Candidate> candidates;
   candidates.reserve(order.size());
   for (int32_t id : order) {

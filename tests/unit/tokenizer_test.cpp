@@ -4,7 +4,10 @@
 //     Gemma 4 vocabulary, committed in tests/fixtures/tokenizer/*.json by scripts/make-tokenizer-fixtures;
 //   - slow, obviously-correct re-statements of the algorithms (below, written from the descriptions, not from
 //     the optimized code) run against the real tokenizers on small random vocabularies.
+#include "tokenizer/tokenizer.h"
+
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,15 +18,13 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "gguf/gguf.h"
-#include "tokenizer/tokenizer.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -53,7 +54,8 @@ std::string gemma3_model_path() {
 
 // The project's shared/ folder lies beside the repository (in CI too).
 std::string gemma4_vocab_path() {
-  return env_or("SPARROW_GEMMA4_VOCAB", std::string(SPARROW_SOURCE_DIR) + "/../shared/fixtures/ggml-vocab-gemma-4.gguf");
+  return env_or("SPARROW_GEMMA4_VOCAB",
+                std::string(SPARROW_SOURCE_DIR) + "/../shared/fixtures/ggml-vocab-gemma-4.gguf");
 }
 
 std::string corpus_path() {
@@ -76,10 +78,10 @@ const Tokenizer* real_tokenizer(const std::string& path) {
   return it->second.get();
 }
 
-#define REQUIRE_TOKENIZER(var, path, what)                                                  \
-  const Tokenizer* var = real_tokenizer(path);                                              \
-  if (var == nullptr) GTEST_SKIP() << what << " not found at " << (path)                    \
-                                   << " (set SPARROW_MODEL / SPARROW_GEMMA4_VOCAB to point at it)"
+#define REQUIRE_TOKENIZER(var, path, what)     \
+  const Tokenizer* var = real_tokenizer(path); \
+  if (var == nullptr)                          \
+  GTEST_SKIP() << what << " not found at " << (path) << " (set SPARROW_MODEL / SPARROW_GEMMA4_VOCAB to point at it)"
 
 std::string show(const Ids& ids) {
   std::ostringstream out;
@@ -88,7 +90,9 @@ std::string show(const Ids& ids) {
   return out.str() + "]";
 }
 
-std::string escaped(const std::string& text) { return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+std::string escaped(const std::string& text) {
+  return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 
 // Strict UTF-8: no overlong forms, surrogates or code points past U+10FFFF.
 bool is_valid_utf8(const std::string& s) {
@@ -194,7 +198,8 @@ std::vector<FixtureString> fixture_strings(const nlohmann::json& fixture) {
   std::vector<FixtureString> strings;
   for (const auto& entry : fixture.value("strings", nlohmann::json::array())) {
     FixtureString s;
-    s.text = entry.contains("text_hex") ? from_hex(entry["text_hex"].get<std::string>()) : entry["text"].get<std::string>();
+    s.text =
+        entry.contains("text_hex") ? from_hex(entry["text_hex"].get<std::string>()) : entry["text"].get<std::string>();
     s.parse_special = entry.at("parse_special").get<bool>();
     s.add_bos = entry.at("add_bos").get<bool>();
     s.ids = entry.at("ids").get<Ids>();
@@ -343,8 +348,16 @@ void add_token(TokenizerVocab& v, const std::string& text, int32_t type, float s
 }
 
 std::vector<std::string> base_alphabet() {
-  return {"a", "b", "c", "d", kSpace, "\n", "\xC3\xA9" /* é */, "\xE4\xB8\xAD" /* 中 */,
-          "\xF0\x9F\x98\x80" /* 😀, kept out of the vocabulary */, "x" /* likewise */};
+  return {"a",
+          "b",
+          "c",
+          "d",
+          kSpace,
+          "\n",
+          "\xC3\xA9" /* é */,
+          "\xE4\xB8\xAD" /* 中 */,
+          "\xF0\x9F\x98\x80" /* 😀, kept out of the vocabulary */,
+          "x" /* likewise */};
 }
 
 void add_common_tokens(TokenizerVocab& v) {
@@ -352,11 +365,13 @@ void add_common_tokens(TokenizerVocab& v) {
   add_token(v, "<eos>", token_type::kControl);
   add_token(v, "<bos>", token_type::kControl);
   add_token(v, "<unk>", token_type::kUnknown);
-  add_token(v, "<s>", token_type::kControl);        // parsed only with parse_special
-  add_token(v, "<ab>", token_type::kControl);       // overlaps "<a" and "b>" below
-  add_token(v, "<a", token_type::kUserDefined);     // always split out, shorter so tried after "<ab>"
+  add_token(v, "<s>", token_type::kControl);     // parsed only with parse_special
+  add_token(v, "<ab>", token_type::kControl);    // overlaps "<a" and "b>" below
+  add_token(v, "<a", token_type::kUserDefined);  // always split out, shorter so tried after "<ab>"
   add_token(v, "b>", token_type::kUserDefined);
-  add_token(v, "dd", token_type::kUserDefined);
+  add_token(v, "dd", token_type::kUserDefined);   // with "ddd": nested, self-overlapping runs like Gemma's
+  add_token(v, "ddd", token_type::kUserDefined);  // whitespace-run tokens
+  add_token(v, "s>", token_type::kUserDefined);   // inside the control token "<s>"
   for (int byte = 0; byte < 256; ++byte) {
     char hex[8];
     std::snprintf(hex, sizeof hex, "<0x%02X>", byte);
@@ -368,7 +383,8 @@ void add_common_tokens(TokenizerVocab& v) {
 
 // Texts mixing the alphabet with spaces, special token texts and broken UTF-8.
 std::string random_text(std::mt19937& rng, const std::vector<std::string>& alphabet) {
-  static const std::vector<std::string> extras = {" ", " ", "  ", "<s>", "<ab>", "<a", "b>", "dd", "\xC3", "\xA9", "\xFF"};
+  static const std::vector<std::string> extras = {" ",  " ",  "  ",    "<s>",  "<ab>", "<a",   "b>",
+                                                  "dd", "dd", "ddddd", "<s>>", "\xC3", "\xA9", "\xFF"};
   std::uniform_int_distribution<int> length(0, 24), pick(0, 99);
   std::string text;
   for (int n = length(rng); n > 0; --n) {
@@ -550,7 +566,8 @@ std::vector<Fragment> reference_split(const TokenizerVocab& v, const std::string
   std::vector<int32_t> specials;
   for (size_t id = 0; id < v.tokens.size(); ++id) {
     const int32_t type = v.token_types[id];
-    if (type == token_type::kUserDefined || (parse_special && (type == token_type::kControl || type == token_type::kUnknown)))
+    if (type == token_type::kUserDefined ||
+        (parse_special && (type == token_type::kControl || type == token_type::kUnknown)))
       specials.push_back(static_cast<int32_t>(id));
   }
   std::stable_sort(specials.begin(), specials.end(),
@@ -613,9 +630,7 @@ TEST(SentencePieceTokenizer, MatchesSlowReferenceOnRandomVocabularies) {
   expect_matches_reference(random_sentencepiece_vocab, 1234);
 }
 
-TEST(Gemma4BpeTokenizer, MatchesSlowReferenceOnRandomVocabularies) {
-  expect_matches_reference(random_bpe_vocab, 5678);
-}
+TEST(Gemma4BpeTokenizer, MatchesSlowReferenceOnRandomVocabularies) { expect_matches_reference(random_bpe_vocab, 5678); }
 
 // ---------------------------------------------------------------------------------------------------------------
 // Hand-checked behaviour on tiny vocabularies
@@ -718,6 +733,63 @@ TEST(TokenizerErrors, MissingBosIsAnErrorOnlyWhenAskedFor) {
   const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::from_vocab(v);
   EXPECT_EQ(tokenizer->encode("a", false, false), Ids{id_of(v, "a")});
   EXPECT_THROW(tokenizer->encode("a", true, false), Error);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Reading the keys of a GGUF file (a tiny one written here, so this runs without the real files)
+
+std::string temp_gguf_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("sparrow_tokenizer_test_" + std::to_string(::getpid()) + "_" + name + ".gguf"))
+      .string();
+}
+
+gguf::Writer tiny_gemma4_writer() {
+  gguf::Writer w;
+  w.set_string("tokenizer.ggml.model", "gemma4");
+  std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "a", "b", kSpace, "ab", kSpace + "ab"};
+  std::vector<int32_t> types(tokens.size(), token_type::kNormal);
+  types[0] = types[1] = types[2] = token_type::kControl;
+  w.set_array_string("tokenizer.ggml.tokens", tokens);
+  w.set_array_i32("tokenizer.ggml.token_type", types);
+  w.set_array_f32("tokenizer.ggml.scores", std::vector<float>(tokens.size(), 0.0f));
+  w.set_array_string("tokenizer.ggml.merges", {"a b", kSpace + " ab"});
+  w.set_u32("tokenizer.ggml.bos_token_id", 2);
+  w.set_u32("tokenizer.ggml.eos_token_id", 1);
+  w.set_i32("tokenizer.ggml.eot_token_id", -1);      // "none", as some converters write it
+  w.set_bool("tokenizer.ggml.add_bos_token", false);  // llama.cpp forces it on for Gemma 4
+  w.set_string("tokenizer.chat_template", "{{ messages }}");
+  return w;
+}
+
+TEST(TokenizerFromGguf, ReadsTheTokenizerKeys) {
+  const std::string path = temp_gguf_path("tiny");
+  tiny_gemma4_writer().write(path);
+  const std::unique_ptr<Tokenizer> tokenizer = Tokenizer::from_gguf(*gguf::File::open(path));
+  std::filesystem::remove(path);
+  EXPECT_EQ(tokenizer->n_vocab(), 8);
+  EXPECT_EQ(tokenizer->bos(), 2);
+  EXPECT_EQ(tokenizer->eos(), 1);
+  EXPECT_TRUE(tokenizer->add_bos_default());
+  EXPECT_TRUE(tokenizer->is_end_of_generation(1));
+  EXPECT_EQ(tokenizer->chat_template(), "{{ messages }}");
+  EXPECT_EQ(tokenizer->encode("ab ab", true, false), (Ids{2, 6, 7}));
+  EXPECT_EQ(tokenizer->decode({2, 6, 7}), "ab ab");
+}
+
+TEST(TokenizerFromGguf, MissingKeysNameFileAndKey) {
+  const std::string path = temp_gguf_path("no_tokens");
+  gguf::Writer w;
+  w.set_string("tokenizer.ggml.model", "gemma4");
+  w.write(path);
+  try {
+    Tokenizer::from_gguf(*gguf::File::open(path));
+    ADD_FAILURE() << "a file without tokenizer.ggml.tokens was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tokenizer.ggml.tokens"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
+  }
+  std::filesystem::remove(path);
 }
 
 }  // namespace
