@@ -1,0 +1,32 @@
+// The optimized CPU ops of every KV codec, in enum order; each table is defined in its codec's file under
+// src/cpu/kv/ (cpu_codec_registry.h). `sparrow verify --backend cpu` checks every entry against its reference.
+#include "cpu/kv/cpu_kv_codecs.h"
+
+#include <string>
+
+#include "cpu/kv/cpu_codec_registry.h"
+#include "util/error.h"
+
+namespace sparrow::cpu {
+
+const formats::KvCodecOps& kv_codec_ops(formats::KvCodec codec) {
+  using formats::KvCodec;
+  switch (codec) {
+    case KvCodec::F16: return f16_ops();
+    case KvCodec::BF16: return bf16_ops();
+    case KvCodec::Q8_0: return q8_0_ops();
+    case KvCodec::Q4_0: return q4_0_ops();
+    case KvCodec::TBQ2: return tbq2_ops();
+    case KvCodec::TBQ3: return tbq3_ops();
+    case KvCodec::TBQ4: return tbq4_ops();
+    case KvCodec::TBQ3P: return tbq3p_ops();
+    case KvCodec::TBQ4P: return tbq4p_ops();
+    case KvCodec::TCQ2: return tcq2_ops();
+    case KvCodec::TCQ3: return tcq3_ops();
+    case KvCodec::QJL: return qjl_ops();
+    case KvCodec::POLAR4: return polar4_ops();
+  }
+  throw Error("kv_codec_ops: codec id " + std::to_string(int(codec)) + " is not a KV codec");
+}
+
+}  // namespace sparrow::cpu

@@ -1,0 +1,154 @@
+// The stock KV codecs: f16, bf16, q8_0 and q4_0, with the block layouts llama.cpp uses for its KV cache, so a
+// head vector is stored exactly as llama.cpp would store it (f16/bf16: d halves; q8_0/q4_0: d/32 weight-format
+// blocks of 32 elements, each with an fp16 scale; see formats/weight_formats.h).
+//
+// None of these codecs changes basis: a prepared query is the query itself, a V accumulator holds plain
+// elements, and finish is a copy. The reference ops decode into a scratch vector and work on decoded values,
+// which is what "obviously correct" means here; the optimized ops live in cpu/kv/stock_codecs.cpp.
+#include <cstring>
+#include <string>
+
+#include "formats/kv/codec_registry.h"
+#include "formats/weight_formats.h"
+#include "util/error.h"
+
+namespace sparrow::formats {
+namespace {
+
+constexpr int kMaxHeadDim = 512;
+
+void check_head_dim(const char* codec, int d) {
+  if (!kv_head_dim_supported(d)) {
+    throw Error(std::string("kv codec ") + codec + ": head dim " + std::to_string(d) +
+                " is not supported (expected 64, 128, 256 or 512)");
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Per-codec encode and decode: the only parts that differ between the stock codecs.
+
+void f16_encode(const float* x, int d, uint8_t* block) {
+  check_head_dim("f16", d);
+  for (int i = 0; i < d; ++i) {
+    const f16_bits h = f32_to_f16(x[i]);
+    std::memcpy(block + 2 * i, &h, 2);
+  }
+}
+
+void f16_decode(const uint8_t* block, int d, float* x) {
+  check_head_dim("f16", d);
+  for (int i = 0; i < d; ++i) {
+    f16_bits h;
+    std::memcpy(&h, block + 2 * i, 2);
+    x[i] = f16_to_f32(h);
+  }
+}
+
+void bf16_encode(const float* x, int d, uint8_t* block) {
+  check_head_dim("bf16", d);
+  for (int i = 0; i < d; ++i) {
+    const bf16_bits h = f32_to_bf16(x[i]);
+    std::memcpy(block + 2 * i, &h, 2);
+  }
+}
+
+void bf16_decode(const uint8_t* block, int d, float* x) {
+  check_head_dim("bf16", d);
+  for (int i = 0; i < d; ++i) {
+    bf16_bits h;
+    std::memcpy(&h, block + 2 * i, 2);
+    x[i] = bf16_to_f32(h);
+  }
+}
+
+// q8_0 and q4_0 are the weight formats' blocks, d/32 of them per head vector, quantized and dequantized by
+// the weight formats' reference functions (one definition of each layout in the code base).
+void q8_0_encode(const float* x, int d, uint8_t* block) {
+  check_head_dim("q8_0", d);
+  quantize_row(TensorType::Q8_0, x, block, d);
+}
+
+void q8_0_decode(const uint8_t* block, int d, float* x) {
+  check_head_dim("q8_0", d);
+  dequantize_row(TensorType::Q8_0, block, x, d);
+}
+
+void q4_0_encode(const float* x, int d, uint8_t* block) {
+  check_head_dim("q4_0", d);
+  quantize_row(TensorType::Q4_0, x, block, d);
+}
+
+void q4_0_decode(const uint8_t* block, int d, float* x) {
+  check_head_dim("q4_0", d);
+  dequantize_row(TensorType::Q4_0, block, x, d);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// The ops every stock codec shares, written once over its decode.
+
+void copy_floats(const float* in, int d, float* out) {
+  if (!kv_head_dim_supported(d)) {
+    throw Error("kv codec: head dim " + std::to_string(d) + " is not supported (expected 64, 128, 256 or 512)");
+  }
+  if (in != out) std::memmove(out, in, sizeof(float) * size_t(d));
+}
+
+// <q, x^>, summed in double so the reference is more accurate than any float kernel it checks.
+template <void (*Decode)(const uint8_t*, int, float*)>
+float score_decoded(const float* q, const uint8_t* block, int d) {
+  float x[kMaxHeadDim];
+  Decode(block, d, x);
+  double sum = 0;
+  for (int i = 0; i < d; ++i) sum += double(q[i]) * double(x[i]);
+  return float(sum);
+}
+
+template <void (*Decode)(const uint8_t*, int, float*)>
+void accumulate_decoded(float w, const uint8_t* block, int d, float* acc) {
+  float x[kMaxHeadDim];
+  Decode(block, d, x);
+  for (int i = 0; i < d; ++i) acc[i] += w * x[i];
+}
+
+template <void (*Encode)(const float*, int, uint8_t*), void (*Decode)(const uint8_t*, int, float*)>
+constexpr KvCodecOps stock_ops() {
+  return KvCodecOps{Encode, Decode, copy_floats, score_decoded<Decode>, accumulate_decoded<Decode>, copy_floats};
+}
+
+constexpr KvCodecOps kF16Ops = stock_ops<f16_encode, f16_decode>();
+constexpr KvCodecOps kBf16Ops = stock_ops<bf16_encode, bf16_decode>();
+constexpr KvCodecOps kQ8_0Ops = stock_ops<q8_0_encode, q8_0_decode>();
+constexpr KvCodecOps kQ4_0Ops = stock_ops<q4_0_encode, q4_0_decode>();
+
+size_t half_bytes(int d) { return 2 * size_t(d); }
+size_t q8_0_bytes(int d) { return size_t(d / QK8_0) * sizeof(BlockQ8_0); }
+size_t q4_0_bytes(int d) { return size_t(d / QK4_0) * sizeof(BlockQ4_0); }
+size_t head_dim_floats(int d) { return size_t(d); }
+
+}  // namespace
+
+const KvCodecInfo& f16_codec() {
+  static const KvCodecInfo info{KvCodec::F16,    "f16",           false,   half_bytes,
+                                head_dim_floats, head_dim_floats, &kF16Ops};
+  return info;
+}
+
+const KvCodecInfo& bf16_codec() {
+  static const KvCodecInfo info{KvCodec::BF16,   "bf16",          false,    half_bytes,
+                                head_dim_floats, head_dim_floats, &kBf16Ops};
+  return info;
+}
+
+const KvCodecInfo& q8_0_codec() {
+  static const KvCodecInfo info{KvCodec::Q8_0,   "q8_0",          false,    q8_0_bytes,
+                                head_dim_floats, head_dim_floats, &kQ8_0Ops};
+  return info;
+}
+
+const KvCodecInfo& q4_0_codec() {
+  static const KvCodecInfo info{KvCodec::Q4_0,   "q4_0",          false,    q4_0_bytes,
+                                head_dim_floats, head_dim_floats, &kQ4_0Ops};
+  return info;
+}
+
+}  // namespace sparrow::formats

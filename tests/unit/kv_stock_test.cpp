@@ -1,0 +1,397 @@
+// The stock KV codecs (f16, bf16, q8_0, q4_0) against llama.cpp's block layouts, written out by hand here
+// (bit patterns and block bytes worked out from the IEEE formats and ggml's block_q8_0 / block_q4_0, not from
+// Sparrow's code), then the optimized CPU ops against the references on every SIMD target compiled in, and,
+// when llama.cpp's build is present, against ggml's own quantizers.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <hwy/targets.h>
+
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "cpu/kv/cpu_codec_registry.h"
+#include "formats/kv/codec_registry.h"
+#include "formats/kv/kv_codec.h"
+
+namespace sparrow::formats {
+namespace {
+
+struct Stock {
+  const char* name;
+  const KvCodecInfo& info;
+  const KvCodecOps& optimized;
+};
+
+std::vector<Stock> stock_codecs() {
+  return {{"f16", f16_codec(), cpu::f16_ops()},
+          {"bf16", bf16_codec(), cpu::bf16_ops()},
+          {"q8_0", q8_0_codec(), cpu::q8_0_ops()},
+          {"q4_0", q4_0_codec(), cpu::q4_0_ops()}};
+}
+
+constexpr int kHeadDims[] = {64, 128, 256, 512};
+
+std::vector<float> gaussian(int n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> x(n);
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+uint16_t u16_at(const std::vector<uint8_t>& b, size_t offset) {
+  return uint16_t(b[offset] | (b[offset + 1] << 8));
+}
+
+std::vector<uint8_t> encode(const KvCodecOps& ops, const KvCodecInfo& info, const std::vector<float>& x) {
+  std::vector<uint8_t> block(info.block_bytes(int(x.size())));
+  ops.encode(x.data(), int(x.size()), block.data());
+  return block;
+}
+
+// Runs `body` once per SIMD target compiled in (down to the scalar fallback, which stands in for NEON), with
+// dynamic dispatch forced to that target.
+template <class Body>
+void for_every_target(Body body) {
+  for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
+    hwy::SetSupportedTargetsForTest(target);
+    hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+    SCOPED_TRACE(hwy::TargetName(target));
+    body();
+  }
+  hwy::SetSupportedTargetsForTest(0);
+  hwy::GetChosenTarget().Update(hwy::SupportedTargets());
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Traits.
+
+TEST(KvStock, BlockBytesAndBitsPerElementAreLlamaCpps) {
+  for (int d : kHeadDims) {
+    EXPECT_EQ(f16_codec().block_bytes(d), size_t(2 * d));
+    EXPECT_EQ(bf16_codec().block_bytes(d), size_t(2 * d));
+    EXPECT_EQ(q8_0_codec().block_bytes(d), size_t(d / 32 * 34));  // fp16 scale + 32 int8
+    EXPECT_EQ(q4_0_codec().block_bytes(d), size_t(d / 32 * 18));  // fp16 scale + 16 bytes of nibbles
+    for (const Stock& s : stock_codecs()) {
+      EXPECT_EQ(s.info.query_floats(d), size_t(d)) << s.name;
+      EXPECT_EQ(s.info.accumulator_floats(d), size_t(d)) << s.name;
+    }
+  }
+  EXPECT_DOUBLE_EQ(kv_bits_per_element(KvCodec::F16, 128), 16.0);
+  EXPECT_DOUBLE_EQ(kv_bits_per_element(KvCodec::BF16, 256), 16.0);
+  EXPECT_DOUBLE_EQ(kv_bits_per_element(KvCodec::Q8_0, 512), 8.5);
+  EXPECT_DOUBLE_EQ(kv_bits_per_element(KvCodec::Q4_0, 64), 4.5);
+  for (const Stock& s : stock_codecs()) {
+    EXPECT_EQ(s.info.name, s.name);
+    EXPECT_FALSE(s.info.keys_only) << s.name;
+    EXPECT_EQ(parse_kv_codec(s.name), s.info.codec) << s.name;
+    EXPECT_EQ(&kv_codec_info(s.info.codec), &kv_codec_info(s.info.codec));
+    EXPECT_EQ(kv_codec_info(s.info.codec).name, s.name);
+  }
+}
+
+TEST(KvStock, ReferenceRejectsUnsupportedHeadDims) {
+  std::vector<float> x(96, 1.0f);
+  std::vector<uint8_t> block(1024);
+  for (const Stock& s : stock_codecs()) {
+    EXPECT_THROW(s.info.reference->encode(x.data(), 96, block.data()), std::exception) << s.name;
+    EXPECT_THROW(s.info.reference->decode(block.data(), 96, x.data()), std::exception) << s.name;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Hand-written layouts. Each case lists inputs and the bytes llama.cpp stores for them.
+
+// f16: IEEE binary16, round to nearest even, little-endian, element i at bytes 2i..2i+1.
+const std::vector<std::pair<float, uint16_t>> kHalfCases = {
+    {1.0f, 0x3C00},
+    {-2.0f, 0xC000},
+    {0.1f, 0x2E66},
+    {65504.0f, 0x7BFF},  // largest half
+    {65520.0f, 0x7C00},
+    {-1e6f, 0xFC00},                // rounds past 65504: infinity
+    {1.0f + 0x1p-11f, 0x3C00},      // tie between 0x3C00 and 0x3C01: even
+    {1.0f + 3 * 0x1p-11f, 0x3C02},  // tie between 0x3C01 and 0x3C02: even
+    {0x1p-14f, 0x0400},
+    {0x1p-24f, 0x0001},  // smallest normal, smallest subnormal
+    {0x1p-25f, 0x0000},
+    {3 * 0x1p-25f, 0x0002},  // subnormal ties to even
+    {-0.0f, 0x8000},
+    {std::nanf(""), 0x7E00},  // canonical quiet NaN
+    {INFINITY, 0x7C00},
+};
+
+// bf16: the top half of the float bits, rounded to nearest even; NaN stays NaN (quiet bit set).
+const std::vector<std::pair<uint32_t, uint16_t>> kBf16Cases = {
+    {0x3F800000, 0x3F80}, {0xC0400000, 0xC040},  // 1, -3
+    {0x3F808000, 0x3F80}, {0x3F818000, 0x3F82},  // ties: to even
+    {0x3F80C000, 0x3F81}, {0x3F807FFF, 0x3F80},  // above and below the tie
+    {0x7F7FFFFF, 0x7F80},                        // largest float rounds to infinity
+    {0x7F800000, 0x7F80}, {0x7FA00000, 0x7FE0},  // infinity; a signalling NaN made quiet
+};
+
+template <class Case, class ToFloat>
+void expect_halves(const KvCodecOps& ops, const KvCodecInfo& info, const std::vector<Case>& cases,
+                   ToFloat to_float) {
+  std::vector<float> x(64, 0.0f);
+  std::vector<uint16_t> want(64, 0);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    x[i] = to_float(cases[i].first);
+    want[i] = cases[i].second;
+  }
+  const std::vector<uint8_t> block = encode(ops, info, x);
+  for (size_t i = 0; i < x.size(); ++i) {
+    EXPECT_EQ(u16_at(block, 2 * i), want[i]) << info.name << " element " << i << " = " << x[i];
+  }
+}
+
+TEST(KvStock, F16AndBf16MatchTheIeeeBitPatterns) {
+  const auto same = [](float f) { return f; };
+  const auto from_bits = [](uint32_t b) { return std::bit_cast<float>(b); };
+  const Stock f16 = stock_codecs()[0];
+  expect_halves(*f16.info.reference, f16.info, kHalfCases, same);
+  for_every_target([&] { expect_halves(f16.optimized, f16.info, kHalfCases, same); });
+  const Stock bf16 = stock_codecs()[1];
+  expect_halves(*bf16.info.reference, bf16.info, kBf16Cases, from_bits);
+  for_every_target([&] { expect_halves(bf16.optimized, bf16.info, kBf16Cases, from_bits); });
+}
+
+TEST(KvStock, HalvesDecodeToTheirValues) {
+  // 0x3555 = 1/3 rounded to half: 0.333251953125; 0x0001 = 2^-24; 0xFBFF = -65504.
+  const std::vector<uint16_t> halves = {0x3C00, 0x3555, 0x0001, 0xFBFF, 0x8000};
+  const std::vector<float> values = {1.0f, 0.333251953125f, 0x1p-24f, -65504.0f, -0.0f};
+  std::vector<uint8_t> block(2 * 64, 0);
+  for (size_t i = 0; i < halves.size(); ++i) std::memcpy(block.data() + 2 * i, &halves[i], 2);
+  for (const KvCodecOps* ops : {f16_codec().reference, &cpu::f16_ops()}) {
+    std::vector<float> x(64, 1.0f);
+    ops->decode(block.data(), 64, x.data());
+    for (size_t i = 0; i < values.size(); ++i)
+      EXPECT_EQ(std::bit_cast<uint32_t>(x[i]), std::bit_cast<uint32_t>(values[i]));
+    for (size_t i = values.size(); i < 64; ++i) EXPECT_EQ(x[i], 0.0f);
+  }
+  // bf16 0x4049 = 3.140625.
+  std::vector<uint8_t> b16(2 * 64, 0);
+  b16[0] = 0x49, b16[1] = 0x40;
+  for (const KvCodecOps* ops : {bf16_codec().reference, &cpu::bf16_ops()}) {
+    std::vector<float> x(64, 1.0f);
+    ops->decode(b16.data(), 64, x.data());
+    EXPECT_EQ(x[0], 3.140625f);
+    EXPECT_EQ(x[1], 0.0f);
+  }
+}
+
+// q8_0 block (ggml block_q8_0): fp16 d = amax / 127 at bytes 0..1, then q_j = round(x_j / d) as int8.
+// With amax = 127/16 the scale is exactly 1/16 (half 0x2C00), so x_j = (k_j + f_j) / 16 quantizes to k_j when
+// |f_j| < 0.5.
+std::vector<float> q8_0_inputs(std::vector<int8_t>* q) {
+  std::vector<float> x(64);
+  q->resize(64);
+  for (int j = 0; j < 64; ++j) {
+    const int block = j / 32;
+    const float unit = block == 0 ? 1.0f / 16 : 1.0f / 4;  // scale of block 0 and block 1
+    int k = (j * 37) % 253 - 126;                          // spread over -126..126
+    const float frac = 0.3f * float((j % 7) - 3) / 3.0f;   // |frac| <= 0.3: far from a rounding tie
+    if (j % 32 == 5) k = (block == 0 ? 127 : -127);        // the block's largest magnitude, exactly
+    x[j] = (float(k) + (j % 32 == 5 ? 0.0f : frac)) * unit;
+    (*q)[j] = int8_t(k);
+  }
+  return x;
+}
+
+TEST(KvStock, Q8_0BlocksAreGgmlBlockQ8_0) {
+  std::vector<int8_t> q;
+  const std::vector<float> x = q8_0_inputs(&q);
+  auto check = [&](const KvCodecOps& ops) {
+    const std::vector<uint8_t> b = encode(ops, q8_0_codec(), x);
+    ASSERT_EQ(b.size(), 68u);
+    EXPECT_EQ(u16_at(b, 0), 0x2C00);   // 1/16
+    EXPECT_EQ(u16_at(b, 34), 0x3400);  // 1/4
+    for (int j = 0; j < 64; ++j) EXPECT_EQ(int8_t(b[(j / 32) * 34 + 2 + j % 32]), q[j]) << "element " << j;
+    std::vector<float> y(64);
+    ops.decode(b.data(), 64, y.data());
+    for (int j = 0; j < 64; ++j) EXPECT_EQ(y[j], float(q[j]) * (j < 32 ? 1.0f / 16 : 1.0f / 4)) << "element " << j;
+  };
+  check(*q8_0_codec().reference);
+  for_every_target([&] { check(cpu::q8_0_ops()); });
+}
+
+// q4_0 block (ggml block_q4_0): fp16 d = max / -8, max the first element of largest magnitude with its sign;
+// nibble n_j = clamp(round(x_j / d) + 8, 0, 15); byte j holds element j low and element j + 16 high.
+// Block 0: max = -1 (d = 1/8, half 0x3000), so x = (n - 8) / 8 gives nibble n; +1 would need 16 and clamps
+// to 15. Block 1: max = +1 first, then -1 (a tie): d = -1/8 (half 0xB000), nibble = 8 - round(8 x).
+TEST(KvStock, Q4_0BlocksAreGgmlBlockQ4_0) {
+  std::vector<float> x(64);
+  std::vector<int> nibble(64);
+  for (int j = 0; j < 32; ++j) {
+    const int n = 1 + (j * 5 + 3) % 15;                        // 1..15: |x| < 1
+    x[j] = (float(n - 8) + 0.1f * float((j % 5) - 2)) / 8.0f;  // within 0.2 quanta of the grid
+    nibble[j] = n;
+  }
+  x[7] = -1.0f, nibble[7] = 0;
+  x[9] = 1.0f, nibble[9] = 15;  // 8 + 8 clamped
+  for (int j = 32; j < 64; ++j) {
+    const int k = (j * 3) % 15 - 7;  // -7..7
+    x[j] = float(k) / 8.0f + 0.01f;
+    nibble[j] = 8 - k;
+  }
+  x[33] = 1.0f, nibble[33] = 0;
+  x[40] = -1.0f, nibble[40] = 15;  // 8 + 8, clamped
+  auto check = [&](const KvCodecOps& ops) {
+    const std::vector<uint8_t> b = encode(ops, q4_0_codec(), x);
+    ASSERT_EQ(b.size(), 36u);
+    EXPECT_EQ(u16_at(b, 0), 0x3000);
+    EXPECT_EQ(u16_at(b, 18), 0xB000);
+    for (int blk = 0; blk < 2; ++blk) {
+      for (int j = 0; j < 16; ++j) {
+        const int want = nibble[32 * blk + j] | (nibble[32 * blk + 16 + j] << 4);
+        EXPECT_EQ(int(b[18 * blk + 2 + j]), want) << "block " << blk << " byte " << j;
+      }
+    }
+    std::vector<float> y(64);
+    ops.decode(b.data(), 64, y.data());
+    for (int j = 0; j < 64; ++j) {
+      EXPECT_EQ(y[j], float(nibble[j] - 8) * (j < 32 ? 0.125f : -0.125f)) << "element " << j;
+    }
+  };
+  check(*q4_0_codec().reference);
+  for_every_target([&] { check(cpu::q4_0_ops()); });
+}
+
+TEST(KvStock, ZeroVectorsEncodeToZeroScales) {
+  for (const Stock& s : stock_codecs()) {
+    const std::vector<float> x(128, 0.0f);
+    for (const KvCodecOps* ops : {s.info.reference, &s.optimized}) {
+      const std::vector<uint8_t> b = encode(*ops, s.info, x);
+      std::vector<float> y(128, 1.0f);
+      ops->decode(b.data(), 128, y.data());
+      for (float v : y) EXPECT_EQ(v, 0.0f) << s.name;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Ops in the plain basis: score is the dot product with the decoded vector, accumulate adds w times it,
+// prepare_query and finish copy.
+
+TEST(KvStock, ScoreAccumulateAndCopiesActOnDecodedValues) {
+  for (const Stock& s : stock_codecs()) {
+    for (int d : kHeadDims) {
+      const std::vector<float> x = gaussian(d, 7 + d), q = gaussian(d, 8 + d);
+      for (const KvCodecOps* ops : {s.info.reference, &s.optimized}) {
+        const std::vector<uint8_t> b = encode(*ops, s.info, x);
+        std::vector<float> y(d), prepared(d), acc(d, 0.5f), out(d);
+        ops->decode(b.data(), d, y.data());
+        ops->prepare_query(q.data(), d, prepared.data());
+        EXPECT_EQ(prepared, q) << s.name;
+        double dot = 0, magnitude = 0;
+        for (int i = 0; i < d; ++i) dot += double(q[i]) * y[i], magnitude += std::fabs(double(q[i]) * y[i]);
+        EXPECT_NEAR(ops->score(prepared.data(), b.data(), d), dot, 1e-6 * magnitude) << s.name << " d=" << d;
+        ops->accumulate(-0.75f, b.data(), d, acc.data());
+        for (int i = 0; i < d; ++i) EXPECT_NEAR(acc[i], 0.5 - 0.75 * y[i], 1e-6 * (1 + std::fabs(y[i]))) << s.name;
+        ops->finish(acc.data(), d, out.data());
+        EXPECT_EQ(out, acc) << s.name;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Optimized ops against the references, on every compiled target: encode and decode bit for bit.
+
+TEST(KvStock, OptimizedEncodeAndDecodeAreBitExactOnEveryTarget) {
+  for_every_target([] {
+    for (const Stock& s : stock_codecs()) {
+      for (int d : kHeadDims) {
+        for (float scale : {1.0f, 1000.0f, 1e-4f, 3e-7f}) {
+          const std::vector<float> x = gaussian(d, uint32_t(d * 31 + scale * 7), scale);
+          const std::vector<uint8_t> want = encode(*s.info.reference, s.info, x);
+          const std::vector<uint8_t> got = encode(s.optimized, s.info, x);
+          ASSERT_EQ(got, want) << s.name << " d=" << d << " scale " << scale;
+          std::vector<float> y_ref(d), y_opt(d);
+          s.info.reference->decode(want.data(), d, y_ref.data());
+          s.optimized.decode(want.data(), d, y_opt.data());
+          ASSERT_EQ(std::memcmp(y_ref.data(), y_opt.data(), sizeof(float) * d), 0) << s.name << " d=" << d;
+        }
+      }
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Against llama.cpp's own quantizers (ggml_get_type_traits(type)->from_float_ref), when its build is here.
+
+struct GgmlTraitsPrefix {  // leading fields of ggml's struct ggml_type_traits, in ggml.h's order
+  const char* type_name;
+  int64_t blck_size, blck_size_interleave;
+  size_t type_size;
+  bool is_quantized;
+  void (*to_float)(const void* x, float* y, int64_t k);
+  void (*from_float_ref)(const float* x, void* y, int64_t k);
+};
+
+std::string ggml_base_path() {
+  if (const char* env = std::getenv("SPARROW_LLAMA_CPP"); env && *env)
+    return std::string(env) + "/lib/libggml-base.so";
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/root") + "/.cache/sparrow/llama.cpp-0.3.36/lib/libggml-base.so";
+}
+
+// ggml's reference quantizers round q8_0 half away from zero and q4_0 by truncating x/d + 8.5 in float, so
+// values within ~1e-5 quanta of a rounding midpoint may go either way: those are the only differences allowed.
+bool near_midpoint(float scaled) { return std::fabs(std::fabs(scaled - std::trunc(scaled)) - 0.5f) < 1e-5f; }
+
+TEST(KvStock, SameBlocksAsGgmlsQuantizers) {
+  const std::string path = ggml_base_path();
+  void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!lib)
+    GTEST_SKIP() << "llama.cpp's libggml-base.so is not loadable at " << path
+                 << " (build it with scripts/build-llama-cpp or set SPARROW_LLAMA_CPP)";
+  using GetTraits = const GgmlTraitsPrefix* (*)(int);
+  const auto get_traits = reinterpret_cast<GetTraits>(dlsym(lib, "ggml_get_type_traits"));
+  ASSERT_NE(get_traits, nullptr);
+  const std::pair<const Stock, int> types[] = {{stock_codecs()[0], 1},
+                                               {stock_codecs()[1], 30},
+                                               {stock_codecs()[2], 8},
+                                               {stock_codecs()[3], 2}};  // ggml type ids
+  int differing_bytes = 0;
+  for (const auto& [s, ggml_type] : types) {
+    const GgmlTraitsPrefix* t = get_traits(ggml_type);
+    ASSERT_STREQ(t->type_name, s.name);
+    for (int d : kHeadDims) {
+      const std::vector<float> x = gaussian(d, 99 + d);
+      std::vector<uint8_t> theirs(s.info.block_bytes(d));
+      t->from_float_ref(x.data(), theirs.data(), d);
+      const std::vector<uint8_t> ours = encode(s.optimized, s.info, x);
+      ASSERT_EQ(ours.size(), theirs.size());
+      for (size_t i = 0; i < ours.size(); ++i) {
+        if (ours[i] == theirs[i]) continue;
+        ++differing_bytes;
+        // Only quant bytes of q8_0/q4_0 may differ, and only for an element next to a rounding midpoint.
+        ASSERT_TRUE(s.info.codec == KvCodec::Q8_0 || s.info.codec == KvCodec::Q4_0) << s.name << " byte " << i;
+        const size_t block_bytes = s.info.codec == KvCodec::Q8_0 ? 34 : 18, at = i % block_bytes;
+        ASSERT_GE(at, 2u) << s.name << ": scale differs in block " << i / block_bytes;
+        const float scale = s.info.codec == KvCodec::Q8_0 ? 127.0f : 8.0f;  // quanta per amax
+        float amax = 0;
+        const float* blk = x.data() + (i / block_bytes) * 32;
+        for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(blk[j]));
+        const int j0 = int(at - 2);
+        const bool lo_ok = near_midpoint(blk[j0] * scale / amax);
+        const bool hi_ok = s.info.codec == KvCodec::Q4_0 && near_midpoint(blk[j0 + 16] * scale / amax);
+        EXPECT_TRUE(lo_ok || hi_ok) << s.name << " d=" << d << " byte " << i;
+      }
+      std::vector<float> y_ours(d), y_theirs(d);
+      s.optimized.decode(theirs.data(), d, y_ours.data());
+      t->to_float(theirs.data(), y_theirs.data(), d);
+      EXPECT_EQ(std::memcmp(y_ours.data(), y_theirs.data(), sizeof(float) * d), 0) << s.name << " d=" << d;
+    }
+  }
+  dlclose(lib);
+  EXPECT_LE(differing_bytes, 2);  // midpoints are rare in Gaussian data
+}
+
+}  // namespace
+}  // namespace sparrow::formats
