@@ -254,10 +254,16 @@ void add_gemma4_metadata(const Geometry& g, Plan& plan) {
 //  * norms near 1 (both converters store the multiplier itself: Gemma 3's +1 is already added);
 //  * Gemma 4 has no 1/sqrt(head_dim) attention scale, so its q_norm/k_norm sit near head_dim^-1/4 to give
 //    q.k about unit variance instead of a one-hot softmax;
-//  * output_norm near 4, so logits have a standard deviation of about 4: greedy picks have clear margins and
+//  * the norms that close a residual branch (post_attention_norm, post_ffw_norm, PLE post_norm) near 2, so
+//    the layers outweigh the input embedding in the residual stream: with tied embeddings, a random model whose
+//    stream is mostly its input embedding predicts its input token, and greedy decoding repeats one id;
+//  * output_norm near 4, so logits have a standard deviation of about 4: greedy picks have clearer margins and
 //    Gemma 4's softcap (30) bends the largest logits visibly.
 class PlanBuilder {
  public:
+  static constexpr float kResidualNorm = 2.0f;
+
+
   PlanBuilder(const Geometry& g, const WeightType& wt, uint64_t n_vocab) : g_(g), wt_(wt), n_vocab_(n_vocab) {}
 
   std::vector<PlannedTensor> build() {
@@ -304,18 +310,18 @@ class PlanBuilder {
     matrix(b + "attn_output.weight", {q_dim, E});
     add(b + "attn_q_norm.weight", TensorType::F32, {D}, Fill::uniform(qk_norm, 0.25f * qk_norm));
     if (g_.has_kv(il)) add(b + "attn_k_norm.weight", TensorType::F32, {D}, Fill::uniform(qk_norm, 0.25f * qk_norm));
-    norm(b + "post_attention_norm.weight", E);
+    residual_norm(b + "post_attention_norm.weight", E);
     norm(b + "ffn_norm.weight", E);
     matrix(b + "ffn_gate.weight", {E, F});
     matrix(b + "ffn_up.weight", {E, F});
     matrix(b + "ffn_down.weight", {F, E});
-    norm(b + "post_ffw_norm.weight", E);
+    residual_norm(b + "post_ffw_norm.weight", E);
     if (gemma4) {
       if (g_.per_layer_input_dim > 0) {
         const int64_t P = g_.per_layer_input_dim;
         matrix(b + "inp_gate.weight", {E, P});
         matrix(b + "proj.weight", {P, E});
-        norm(b + "post_norm.weight", E);
+        residual_norm(b + "post_norm.weight", E);
       }
       add(b + "layer_output_scale.weight", TensorType::F32, {1}, Fill::uniform(0.75f, 0.25f));
     }
@@ -333,6 +339,9 @@ class PlanBuilder {
     add(std::move(name), type, std::move(ne), std::move(fill));
   }
   void norm(std::string name, int64_t n) { add(std::move(name), TensorType::F32, {n}, Fill::uniform(1.0f, 0.25f)); }
+  void residual_norm(std::string name, int64_t n) {
+    add(std::move(name), TensorType::F32, {n}, Fill::uniform(kResidualNorm, 0.25f * kResidualNorm));
+  }
 
   const Geometry& g_;
   const WeightType& wt_;
@@ -472,7 +481,7 @@ void print_plan(const Plan& plan, const StreamingGgufWriter& writer) {
   for (const auto& [key, value] : plan.metadata) {
     if (key.rfind("tokenizer.", 0) == 0 && value.type == gguf::ValueType::ARRAY) {
       std::printf("kv %s = [%zu elements]\n", key.c_str(), value.array_size());
-    } else if (key.rfind("tokenizer.", 0) == 0 && value.type == gguf::ValueType::STRING) {
+    } else if (key.rfind("tokenizer.", 0) == 0 && value.type == gguf::ValueType::STRING && value.s.size() > 64) {
       std::printf("kv %s = [%zu bytes]\n", key.c_str(), value.s.size());
     } else {
       std::printf("kv %s = %s\n", key.c_str(), value_text(value).c_str());

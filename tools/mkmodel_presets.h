@@ -2,7 +2,6 @@
 // Model geometries `sparrow mkmodel` can write: the published Gemma 3 / Gemma 4 shapes (../shared/spec/gemma.md,
 // HF configs) and tiny ones that keep each mechanism (sliding/global layers, GQA, PLE, shared KV, k_eq_v,
 // per-layer KV head counts, double-wide MLP) at a size the test suite can write in a second or two.
-#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
