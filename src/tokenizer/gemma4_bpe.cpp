@@ -42,6 +42,7 @@ Gemma4BpeTokenizer::Gemma4BpeTokenizer(TokenizerVocab& vocab) : VocabTokenizer(v
   if (vocab.merges.empty()) throw Error(origin() + ": tokenizer.ggml.merges: missing or empty (BPE needs merges)");
   add_bos_default_ = true;  // llama.cpp forces add_bos for Gemma 4 whatever the file says
   merges_by_ids_.reserve(vocab.merges.size());
+  ascii_merge_ranks_.assign(128 * 128, -1);
   for (size_t rank = 0; rank < vocab.merges.size(); ++rank) {
     const std::string& text = vocab.merges[rank];
     // llama.cpp splits at the first space after the first byte; symbols never hold a space (they are spelled
@@ -54,7 +55,11 @@ Gemma4BpeTokenizer::Gemma4BpeTokenizer(TokenizerVocab& vocab) : VocabTokenizer(v
       continue;
     const int32_t left_id = lookup(left), right_id = lookup(right);
     const MergeTable::Merge merge{static_cast<int32_t>(rank)};
-    // Both keep the first rank of a repeated merge, as llama.cpp's bpe_ranks.emplace.
+    // Every table keeps the first rank of a repeated merge, as llama.cpp's bpe_ranks.emplace.
+    if (left.size() == 1 && right.size() == 1 && is_ascii(left) && is_ascii(right)) {
+      int32_t& ascii_rank = ascii_merge_ranks_[static_cast<uint8_t>(left[0]) * 128 + static_cast<uint8_t>(right[0])];
+      if (ascii_rank < 0) ascii_rank = merge.rank;
+    }
     if (left_id >= 0 && right_id >= 0) {
       merges_by_ids_.insert(left_id, right_id, merge);
     } else {
@@ -64,6 +69,10 @@ Gemma4BpeTokenizer::Gemma4BpeTokenizer(TokenizerVocab& vocab) : VocabTokenizer(v
 }
 
 MergeTable::Merge Gemma4BpeTokenizer::find_merge(const Symbol& left, const Symbol& right, std::string_view word) const {
+  if (left.size == 1 && right.size == 1) {
+    const auto first = static_cast<uint8_t>(word[left.begin]), second = static_cast<uint8_t>(word[right.begin]);
+    if (first < 128 && second < 128) return MergeTable::Merge{ascii_merge_ranks_[first * 128 + second]};
+  }
   if (left.id >= 0 && right.id >= 0) return merges_by_ids_.find(left.id, right.id);
   if (merges_by_text_.empty()) return MergeTable::Merge{};
   std::string key(word.substr(left.begin, left.size));

@@ -78,6 +78,15 @@ void VocabTokenizer::check_and_index_tokens(TokenizerVocab& vocab) {
   if (const int32_t first = token_index_.build(tokens_); first >= 0)
     throw Error(origin_ + ": tokenizer.ggml.tokens: token " + std::to_string(first) + " (\"" + tokens_[first] +
                 "\") appears more than once");
+  ascii_pair_ids_.assign(128 * 128, -1);
+  for (int first = 0; first < 128; ++first) {
+    const char one[1] = {static_cast<char>(first)};
+    ascii_ids_[first] = token_index_.find(std::string_view(one, 1));
+    for (int second = 0; second < 128; ++second) {
+      const char two[2] = {static_cast<char>(first), static_cast<char>(second)};
+      ascii_pair_ids_[first * 128 + second] = token_index_.find(std::string_view(two, 2));
+    }
+  }
 
   auto checked_id = [&](const std::optional<int32_t>& id, const char* key) -> int32_t {
     if (!id) return -1;

@@ -44,8 +44,22 @@ class VocabTokenizer : public Tokenizer {
   // follows a special token (SentencePiece's add_space_prefix looks at it).
   virtual void encode_plain(std::string_view text, bool after_special, std::vector<int32_t>& out) const = 0;
 
-  int32_t id_of_text(std::string_view text) const override { return token_index_.find(text); }
-  int32_t lookup(std::string_view text) const { return token_index_.find(text); }
+  int32_t id_of_text(std::string_view text) const override { return lookup(text); }
+  // The id of the token with this text, or -1.
+  int32_t lookup(std::string_view text) const {
+    if (text.size() <= 2 && is_ascii(text)) {
+      const auto byte = [&](size_t k) { return static_cast<uint8_t>(text[k]); };
+      if (text.size() == 1) return ascii_ids_[byte(0)];
+      if (text.size() == 2) return ascii_pair_ids_[byte(0) * 128 + byte(1)];
+    }
+    return token_index_.find(text);
+  }
+  static bool is_ascii(std::string_view text) {
+    for (char c : text) {
+      if (static_cast<uint8_t>(c) >= 128) return false;
+    }
+    return true;
+  }
   // The <0xXX> token of a byte, or -1 when the vocabulary has none.
   int32_t byte_token(uint8_t byte) const { return byte_tokens_[byte]; }
   const std::string& origin() const { return origin_; }
@@ -56,8 +70,12 @@ class VocabTokenizer : public Tokenizer {
   void build_special_matcher();
 
   std::string origin_;
-  TokenIndex token_index_;       // over tokens_, which never change after construction
-  std::vector<uint32_t> attrs_;  // TokenAttr bits per id
+  TokenIndex token_index_;  // over tokens_, which never change after construction
+  // lookup() of one and two ASCII bytes from small tables: most lookups in English text, and each probe of the
+  // big index costs a cache miss or two.
+  std::array<int32_t, 128> ascii_ids_{};
+  std::vector<int32_t> ascii_pair_ids_;  // [first * 128 + second]
+  std::vector<uint32_t> attrs_;          // TokenAttr bits per id
   std::array<int32_t, 256> byte_tokens_{};
   SpecialTokenMatcher special_matcher_;
 };
@@ -92,6 +110,7 @@ class Gemma4BpeTokenizer final : public VocabTokenizer {
 
   // Merges keyed by the ids of both halves (every merge of real vocabularies joins two tokens) ...
   MergeTable merges_by_ids_;
+  std::vector<int32_t> ascii_merge_ranks_;  // [first * 128 + second]: ranks of merges of two ASCII characters
   // ... and, for merges naming a string that is not a token, by "left right".
   std::unordered_map<std::string, MergeTable::Merge> merges_by_text_;
 };
