@@ -1,0 +1,346 @@
+// Optimized CPU ops of tcq2/tcq3 (trellis-coded TurboQuant), compiled once per SIMD target through
+// hwy/foreach_target.h and picked at run time; same bytes as the references in formats/kv/trellis.cpp.
+//
+// Encode: the Viterbi search is the whole cost (two passes, 1.5 n steps over 2^L states at n = 128). Per step,
+// the best of the 2^k predecessors of each group of states is a min over 2^k neighbouring costs, done in
+// registers with even/odd de-interleaves (three rounds for tcq3, two for tcq2); then every state's cost is that
+// minimum plus the state's squared distance. Every step's costs are kept, and the traceback finds each best
+// predecessor again by the reference's scan. The floats are those of the reference (distances and sums in
+// separate loops so nothing is fused, ties to the lowest index, the same shared normalisation and norm), so
+// encode is bit-exact with the reference on every target.
+// Decode, score, accumulate: the states of eight elements are eight shifts of one 32-bit load of the stream; the
+// codebook lookups are gathers, then one multiply-add per element. The rotation is the shared scalar one
+// (formats/kv/rotation.h), applied once per encoded vector, prepared query or finished row.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "cpu/kv/trellis.cpp"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/aligned_allocator.h>
+#include <hwy/highway.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "formats/kv/rotation.h"
+#include "formats/kv/trellis.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace sparrow::cpu::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+namespace tcq = formats::tcq;
+
+using DF = hn::CappedTag<float, 16>;
+using DI = hn::RebindToSigned<DF>;
+using VF = hn::Vec<DF>;
+
+// Both trellises have 2^(L-k) = 64 groups of states that share their predecessors.
+constexpr int kGroups = 64;
+
+// ---------------------------------------------------------------------------------------------------------
+// Encode.
+
+// The path costs of every step of a search: row t + 1 holds the costs after element t, row 0 the start. Kept
+// whole so that the traceback can find each best predecessor again (the same first-minimum scan as the
+// reference's) instead of the forward pass tracking indices through its reductions. One buffer per thread:
+// 129 rows of 512 floats is too much for the stack.
+template <int kBits>
+struct ViterbiTables {
+  static constexpr int kFan = 1 << kBits;
+  static constexpr int kStates = kFan * kGroups;
+  hwy::AlignedFreeUniquePtr<float[]> rows = hwy::AllocateAligned<float>(size_t(tcq::kMaxSubBlock + 1) * kStates);
+  HWY_ALIGN float distance[kStates];
+  HWY_ALIGN float best[kGroups];
+
+  float* row(int i) { return rows.get() + size_t(i) * kStates; }
+  static ViterbiTables& for_this_thread() {
+    static thread_local ViterbiTables tables;
+    return tables;
+  }
+};
+
+// Reduces kFan vectors of costs (kFan * N consecutive states, i.e. N groups) to the N group minima.
+template <int kFan>
+HWY_INLINE VF GroupMinima(DF df, VF* c) {
+  for (int width = kFan; width > 1; width /= 2) {
+    for (int p = 0; p < width / 2; ++p) {
+#if HWY_TARGET == HWY_SCALAR  // one lane: the two vectors are the two states
+      c[p] = hn::Min(c[2 * p], c[2 * p + 1]);
+#else
+      c[p] = hn::Min(hn::ConcatEven(df, c[2 * p + 1], c[2 * p]), hn::ConcatOdd(df, c[2 * p + 1], c[2 * p]));
+#endif
+    }
+  }
+  return c[0];
+}
+
+// cost_t = (min over each group of cost_{t-1}) + squared distance of u_t, as formats::tcq's viterbi_step.
+template <int kBits>
+HWY_INLINE void ViterbiStep(const float* HWY_RESTRICT cb, float u, const float* HWY_RESTRICT cost,
+                            float* HWY_RESTRICT next, ViterbiTables<kBits>& v) {
+  constexpr int kFan = ViterbiTables<kBits>::kFan, kStates = ViterbiTables<kBits>::kStates;
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  const VF target = hn::Set(df, u);
+  for (int s = 0; s < kStates; s += N) {
+    const VF diff = hn::Sub(target, hn::LoadU(df, cb + s));
+    hn::Store(hn::Mul(diff, diff), df, v.distance + s);
+  }
+  for (int first = 0; first < kStates; first += kFan * N) {
+    VF c[kFan];
+    for (int i = 0; i < kFan; ++i) c[i] = hn::Load(df, cost + first + i * N);
+    hn::Store(GroupMinima<kFan>(df, c), df, v.best + first / kFan);
+  }
+  for (int code = 0; code < kFan; ++code)
+    for (int m = 0; m < kGroups; m += N) {
+      const int s = code * kGroups + m;
+      hn::Store(hn::Add(hn::Load(df, v.best + m), hn::Load(df, v.distance + s)), df, next + s);
+    }
+}
+
+// The Viterbi search of formats::tcq::viterbi_path (same start/end rules, same floats, same ties).
+template <int kBits, int kStateBits>
+void ViterbiPath(const float* HWY_RESTRICT cb, const float* HWY_RESTRICT targets, int count, int start_prefix,
+                 int end_prefix, uint32_t* HWY_RESTRICT states) {
+  static_assert(kStateBits - kBits == 6, "64 predecessor groups");
+  constexpr int kFan = 1 << kBits, kStates = 1 << kStateBits;
+  ViterbiTables<kBits>& v = ViterbiTables<kBits>::for_this_thread();
+  float* start = v.row(0);
+  if (start_prefix == tcq::kFree) {
+    std::fill(start, start + kStates, 0.0f);
+  } else {
+    std::fill(start, start + kStates, std::numeric_limits<float>::infinity());
+    start[start_prefix << kBits] = 0;
+  }
+  for (int t = 0; t < count; ++t) ViterbiStep<kBits>(cb, targets[t], v.row(t), v.row(t + 1), v);
+
+  const float* last_row = v.row(count);
+  uint32_t state = end_prefix == tcq::kFree ? 0u : uint32_t(end_prefix) << kBits;
+  const uint32_t last = end_prefix == tcq::kFree ? uint32_t(kStates) : state + kFan;
+  for (uint32_t s = state + 1; s < last; ++s)
+    if (last_row[s] < last_row[state]) state = s;
+  for (int t = count - 1; t >= 0; --t) {
+    states[t] = state;
+    const float* group = v.row(t) + ((state & (kGroups - 1)) << kBits);  // the predecessors of `state`
+    uint32_t j = 0;
+    for (uint32_t i = 1; i < kFan; ++i)
+      if (group[i] < group[j]) j = i;
+    state = ((state & (kGroups - 1)) << kBits) | j;
+  }
+}
+
+// The two-pass tail-biting search of formats::tcq::viterbi_encode: the junction, then the whole sub-block.
+template <int kBits, int kStateBits>
+void ViterbiEncodeSubBlock(const float* HWY_RESTRICT cb, const float* HWY_RESTRICT u, int n,
+                           uint8_t* HWY_RESTRICT stream, float* HWY_RESTRICT values) {
+  uint32_t states[tcq::kMaxSubBlock];
+  float junction[tcq::kMaxSubBlock];
+  const int w = tcq::junction_window(n);
+  std::copy(u + n - w, u + n, junction);
+  std::copy(u, u + w, junction + w);
+  ViterbiPath<kBits, kStateBits>(cb, junction, 2 * w, tcq::kFree, tcq::kFree, states);
+  const int prefix = int(states[w - 1] >> kBits);
+  ViterbiPath<kBits, kStateBits>(cb, u, n, prefix, prefix, states);
+
+  std::memset(stream, 0, size_t(n) * kBits / 8);
+  for (int t = 0; t < n; ++t) {
+    values[t] = cb[states[t]];
+    const uint32_t code = states[t] >> (kStateBits - kBits);
+    const int pos = t * kBits;
+    stream[pos / 8] |= uint8_t(code << (pos % 8));
+    if (pos % 8 + kBits > 8) stream[pos / 8 + 1] |= uint8_t(code >> (8 - pos % 8));
+  }
+}
+
+template <int kBits, int kStateBits>
+void EncodeRotated(const tcq::Trellis& tr, float* y, int d, uint8_t* block) {
+  const int n = tcq::sub_block_size(d);
+  const float* cb = tcq::scaled_codebook(tr, n);
+  HWY_ALIGN float u[tcq::kMaxSubBlock];
+  HWY_ALIGN float values[tcq::kMaxSubBlock];
+  for (int sub = 0; sub < d / n; ++sub) {
+    uint8_t* stream = block + sub * tr.sub_block_bytes(n);
+    const float norm = tcq::normalise_sub_block(y + sub * n, n, u);
+    ViterbiEncodeSubBlock<kBits, kStateBits>(cb, u, n, stream, values);
+    tcq::store_corrected_norm(norm, values, n, stream + tr.stream_bytes(n));
+  }
+}
+
+void Tcq2EncodeRotated(float* y, int d, uint8_t* block) { EncodeRotated<2, 8>(tcq::tcq2_trellis(), y, d, block); }
+void Tcq3EncodeRotated(float* y, int d, uint8_t* block) { EncodeRotated<3, 9>(tcq::tcq3_trellis(), y, d, block); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Decode, score, accumulate.
+
+// The codebook index (state) of every element of one sub-block. Eight elements span k whole bytes, and their
+// windows all lie in the 32 bits that start one byte before those k bytes, so a group of eight is one load and
+// eight constant shifts. The stream is copied behind its own last 4 bytes (the trellis is tail-biting: the bits
+// before bit 0 are the stream's last bits) so that the first group's load needs no special case, and ahead of
+// zero bytes.
+template <int kBits, int kStateBits>
+HWY_INLINE void SubBlockStates(const uint8_t* HWY_RESTRICT stream, int n, int32_t* HWY_RESTRICT states) {
+  static_assert(8 + kBits - kStateBits >= 0 && 8 + 8 * kBits <= 32, "eight windows fit one 32-bit load");
+  constexpr int kPad = 4;
+  constexpr uint32_t kMask = (1u << kStateBits) - 1;
+  const int bytes = n * kBits / 8;
+  uint8_t padded[kPad + tcq::kMaxSubBlock * kBits / 8 + kPad] = {};  // tcq2's last load reads one byte past
+  std::memcpy(padded, stream + bytes - kPad, kPad);
+  std::memcpy(padded + kPad, stream, size_t(bytes));
+  for (int group = 0; group < n / 8; ++group) {
+    const uint8_t* p = padded + kPad + kBits * group - 1;
+    const uint32_t word = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+    for (int i = 0; i < 8; ++i)  // element 8 group + i: window starts at bit 8 + k i + k - L of the word
+      states[8 * group + i] = int32_t((word >> (8 + kBits * i + kBits - kStateBits)) & kMask);
+  }
+}
+
+template <int kBits, int kStateBits>
+HWY_INLINE float SubBlockDot(const float* HWY_RESTRICT q, const uint8_t* HWY_RESTRICT stream, int n,
+                             const float* HWY_RESTRICT cb) {
+  const DF df;
+  const DI di;
+  const int N = int(hn::Lanes(df));
+  HWY_ALIGN int32_t states[tcq::kMaxSubBlock];
+  SubBlockStates<kBits, kStateBits>(stream, n, states);
+  VF s0 = hn::Zero(df), s1 = hn::Zero(df);
+  for (int t = 0; t < n; t += 2 * N) {
+    s0 = hn::MulAdd(hn::LoadU(df, q + t), hn::GatherIndex(df, cb, hn::Load(di, states + t)), s0);
+    s1 = hn::MulAdd(hn::LoadU(df, q + t + N), hn::GatherIndex(df, cb, hn::Load(di, states + t + N)), s1);
+  }
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
+}
+
+// out[t] = scale * cb[state_t] (+ out[t] when kAdd).
+template <int kBits, int kStateBits, bool kAdd>
+HWY_INLINE void SubBlockScaled(float scale, const uint8_t* HWY_RESTRICT stream, int n, const float* HWY_RESTRICT cb,
+                               float* HWY_RESTRICT out) {
+  const DF df;
+  const DI di;
+  const int N = int(hn::Lanes(df));
+  HWY_ALIGN int32_t states[tcq::kMaxSubBlock];
+  SubBlockStates<kBits, kStateBits>(stream, n, states);
+  const VF s = hn::Set(df, scale);
+  for (int t = 0; t < n; t += N) {
+    const VF value = hn::GatherIndex(df, cb, hn::Load(di, states + t));
+    hn::StoreU(kAdd ? hn::MulAdd(s, value, hn::LoadU(df, out + t)) : hn::Mul(s, value), df, out + t);
+  }
+}
+
+template <int kBits, int kStateBits>
+float Score(const tcq::Trellis& tr, const float* q, const uint8_t* block, int d) {
+  const int n = tcq::sub_block_size(d);
+  const float* cb = tcq::scaled_codebook(tr, n);
+  float score = 0;
+  for (int sub = 0; sub < d / n; ++sub) {
+    const uint8_t* stream = block + sub * tr.sub_block_bytes(n);
+    score += tcq::load_norm(stream + tr.stream_bytes(n)) * SubBlockDot<kBits, kStateBits>(q + sub * n, stream, n, cb);
+  }
+  return score;
+}
+
+template <int kBits, int kStateBits, bool kAdd>
+void Scaled(const tcq::Trellis& tr, float w, const uint8_t* block, int d, float* out) {
+  const int n = tcq::sub_block_size(d);
+  const float* cb = tcq::scaled_codebook(tr, n);
+  for (int sub = 0; sub < d / n; ++sub) {
+    const uint8_t* stream = block + sub * tr.sub_block_bytes(n);
+    const float scale = w * tcq::load_norm(stream + tr.stream_bytes(n));
+    SubBlockScaled<kBits, kStateBits, kAdd>(scale, stream, n, cb, out + sub * n);
+  }
+}
+
+float Tcq2Score(const float* q, const uint8_t* b, int d) { return Score<2, 8>(tcq::tcq2_trellis(), q, b, d); }
+float Tcq3Score(const float* q, const uint8_t* b, int d) { return Score<3, 9>(tcq::tcq3_trellis(), q, b, d); }
+void Tcq2DecodeRotated(const uint8_t* b, int d, float* y) { Scaled<2, 8, false>(tcq::tcq2_trellis(), 1.0f, b, d, y); }
+void Tcq3DecodeRotated(const uint8_t* b, int d, float* y) { Scaled<3, 9, false>(tcq::tcq3_trellis(), 1.0f, b, d, y); }
+void Tcq2Accumulate(float w, const uint8_t* b, int d, float* acc) {
+  Scaled<2, 8, true>(tcq::tcq2_trellis(), w, b, d, acc);
+}
+void Tcq3Accumulate(float w, const uint8_t* b, int d, float* acc) {
+  Scaled<3, 9, true>(tcq::tcq3_trellis(), w, b, d, acc);
+}
+
+}  // namespace sparrow::cpu::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <array>
+
+#include "cpu/kv/cpu_codec_registry.h"
+
+namespace sparrow::cpu {
+
+HWY_EXPORT(Tcq2EncodeRotated);
+HWY_EXPORT(Tcq3EncodeRotated);
+HWY_EXPORT(Tcq2DecodeRotated);
+HWY_EXPORT(Tcq3DecodeRotated);
+HWY_EXPORT(Tcq2Score);
+HWY_EXPORT(Tcq3Score);
+HWY_EXPORT(Tcq2Accumulate);
+HWY_EXPORT(Tcq3Accumulate);
+
+namespace {
+
+namespace tcq = formats::tcq;
+
+// KvCodecOps holds plain function pointers; these check the head dim, rotate where the codec's basis needs it,
+// and forward to the best target compiled in.
+template <int kBits>
+const tcq::Trellis& trellis() {
+  return kBits == 2 ? tcq::tcq2_trellis() : tcq::tcq3_trellis();
+}
+
+template <int kBits>
+void encode(const float* x, int d, uint8_t* block) {
+  tcq::check_head_dim(trellis<kBits>(), "encode", d);
+  std::array<float, tcq::kMaxHeadDim> y;
+  formats::hadamard_rotate(x, d, y.data());
+  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2EncodeRotated)(y.data(), d, block);
+  else HWY_DYNAMIC_DISPATCH(Tcq3EncodeRotated)(y.data(), d, block);
+}
+
+template <int kBits>
+void decode(const uint8_t* block, int d, float* x) {
+  tcq::check_head_dim(trellis<kBits>(), "decode", d);
+  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2DecodeRotated)(block, d, x);
+  else HWY_DYNAMIC_DISPATCH(Tcq3DecodeRotated)(block, d, x);
+  formats::hadamard_unrotate(x, d, x);
+}
+
+template <int kBits>
+void prepare_query(const float* q, int d, float* prepared) {
+  tcq::check_head_dim(trellis<kBits>(), "prepare_query", d);
+  formats::hadamard_rotate(q, d, prepared);
+}
+
+template <int kBits>
+float score(const float* prepared, const uint8_t* block, int d) {
+  tcq::check_head_dim(trellis<kBits>(), "score", d);
+  return kBits == 2 ? HWY_DYNAMIC_DISPATCH(Tcq2Score)(prepared, block, d)
+                    : HWY_DYNAMIC_DISPATCH(Tcq3Score)(prepared, block, d);
+}
+
+template <int kBits>
+void accumulate(float w, const uint8_t* block, int d, float* acc) {
+  tcq::check_head_dim(trellis<kBits>(), "accumulate", d);
+  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2Accumulate)(w, block, d, acc);
+  else HWY_DYNAMIC_DISPATCH(Tcq3Accumulate)(w, block, d, acc);
+}
+
+template <int kBits>
+void finish(const float* acc, int d, float* out) {
+  tcq::check_head_dim(trellis<kBits>(), "finish", d);
+  formats::hadamard_unrotate(acc, d, out);
+}
+
+template <int kBits>
+constexpr formats::KvCodecOps kOps = {encode<kBits>, decode<kBits>,     prepare_query<kBits>,
+                                      score<kBits>,  accumulate<kBits>, finish<kBits>};
+
+}  // namespace
+
+const formats::KvCodecOps& tcq2_ops() { return kOps<2>; }
+const formats::KvCodecOps& tcq3_ops() { return kOps<3>; }
+
+}  // namespace sparrow::cpu
+#endif  // HWY_ONCE
