@@ -186,41 +186,52 @@ const QuadTables& Tables() {
   return tables;
 }
 
-// The level-2 radius of each quad of group g: radius * level-4 factor * level-3 factor, in the reference's order.
-HWY_INLINE void QuadRadii(const uint8_t* chunk, int g, float* radius2) {
+// The level-2 radius of every quad of the head (d / 4 floats): group radius * level-4 factor * level-3 factor,
+// in the reference's order. The chunk's four fp16 radii are promoted together (exactly, on every target).
+HWY_INLINE void QuadRadii(const uint8_t* HWY_RESTRICT block, int d, float* HWY_RESTRICT radius2) {
   const polar::AngleCodebook &l3 = polar::angle_codebook(3), &l4 = polar::angle_codebook(4);
-  const float radius = polar::read_group_radius(chunk, g);
-  const int c4 = (chunk[polar::kLevel4Offset] >> (2 * g)) & 3;
-  const int level3 = chunk[polar::kLevel3Offset + g / 2] >> (4 * (g % 2));
-  const int c30 = level3 & 3, c31 = (level3 >> 2) & 3;
-  const float radius3[2] = {radius * l4.cos[c4], radius * l4.sin[c4]};
-  radius2[0] = radius3[0] * l3.cos[c30];
-  radius2[1] = radius3[0] * l3.sin[c30];
-  radius2[2] = radius3[1] * l3.cos[c31];
-  radius2[3] = radius3[1] * l3.sin[c31];
+  const DQ dq;
+  const hn::Rebind<hwy::float16_t, DQ> dh;
+  const int N = int(hn::Lanes(dq));
+  for (int c = 0; c < d / polar::kChunkElements; ++c) {
+    const uint8_t* chunk = block + c * polar::kChunkBytes;
+    float radius[polar::kGroupsPerChunk];
+    for (int g = 0; g < polar::kGroupsPerChunk; g += N) {
+      const auto* halves = reinterpret_cast<const hwy::float16_t*>(chunk + polar::kRadiiOffset + 2 * g);
+      hn::StoreU(hn::PromoteTo(dq, hn::LoadU(dh, halves)), dq, radius + g);
+    }
+    for (int g = 0; g < polar::kGroupsPerChunk; ++g) {
+      const int c4 = (chunk[polar::kLevel4Offset] >> (2 * g)) & 3;
+      const int level3 = chunk[polar::kLevel3Offset + g / 2] >> (4 * (g % 2));
+      const int c30 = level3 & 3, c31 = (level3 >> 2) & 3;
+      const float radius3[2] = {radius[g] * l4.cos[c4], radius[g] * l4.sin[c4]};
+      float* out = radius2 + 4 * (c * polar::kGroupsPerChunk + g);
+      out[0] = radius3[0] * l3.cos[c30];
+      out[1] = radius3[0] * l3.sin[c30];
+      out[2] = radius3[1] * l3.cos[c31];
+      out[3] = radius3[1] * l3.sin[c31];
+    }
+  }
 }
 
-// Calls f(coordinate offset, lane offset, reconstructed values) for every vector of the head's reconstruction.
+// Calls visit(first coordinate, values) for every vector of the head's reconstruction (in the rotated basis):
+// a quad is (radius2 * level-2 row) * level-1 row, the reference's order of products.
 template <class Visit>
-HWY_INLINE void ForEachQuadVector(const uint8_t* block, int d, const Visit& visit) {
+HWY_INLINE void ForEachQuadVector(const uint8_t* HWY_RESTRICT block, int d, const Visit& visit) {
   const DQ dq;
   const int N = int(hn::Lanes(dq));
   const QuadTables& t = Tables();
-  for (int group = 0; group < d / polar::kGroupElements; ++group) {
-    const uint8_t* chunk = block + (group / polar::kGroupsPerChunk) * polar::kChunkBytes;
-    const int g = group % polar::kGroupsPerChunk;
-    float radius2[4];
-    QuadRadii(chunk, g, radius2);
-    const int level2 = chunk[polar::kLevel2Offset + g];
-    for (int quad = 0; quad < 4; ++quad) {
-      const float* f1 = t.level1[chunk[polar::kLevel1Offset + 4 * g + quad]];
-      const float* f2 = t.level2[(level2 >> (2 * quad)) & 3];
-      const VQ r2 = hn::Set(dq, radius2[quad]);
-      for (int lane = 0; lane < 4; lane += N) {
-        const VQ radius1 = hn::Mul(r2, hn::LoadU(dq, f2 + lane));
-        visit(group * polar::kGroupElements + 4 * quad + lane, hn::Mul(radius1, hn::LoadU(dq, f1 + lane)));
-      }
-    }
+  HWY_ALIGN float radius2[polar::kMaxHeadDim / 4];
+  QuadRadii(block, d, radius2);
+  constexpr int kQuadsPerChunk = polar::kChunkElements / 4;
+  for (int quad = 0; quad < d / 4; ++quad) {
+    const uint8_t* chunk = block + (quad / kQuadsPerChunk) * polar::kChunkBytes;
+    const int q = quad % kQuadsPerChunk;  // 4 g + i: level-1 byte q, level-2 byte g, bits 2i
+    const float* f1 = t.level1[chunk[polar::kLevel1Offset + q]];
+    const float* f2 = t.level2[(chunk[polar::kLevel2Offset + q / 4] >> (2 * (q % 4))) & 3];
+    const VQ r2 = hn::Set(dq, radius2[quad]);
+    for (int lane = 0; lane < 4; lane += N)
+      visit(4 * quad + lane, hn::Mul(hn::Mul(r2, hn::LoadU(dq, f2 + lane)), hn::LoadU(dq, f1 + lane)));
   }
 }
 
@@ -231,9 +242,12 @@ void Polar4DecodeRotated(const uint8_t* block, int d, float* y) {
 
 float Polar4Score(const float* q, const uint8_t* block, int d) {
   const DQ dq;
-  VQ sum = hn::Zero(dq);
-  ForEachQuadVector(block, d, [&](int i, VQ value) { sum = hn::MulAdd(hn::LoadU(dq, q + i), value, sum); });
-  return hn::GetLane(hn::SumOfLanes(dq, sum));
+  VQ sum[2] = {hn::Zero(dq), hn::Zero(dq)};
+  ForEachQuadVector(block, d, [&](int i, VQ value) {
+    VQ& s = sum[(i / 4) & 1];  // two accumulators, alternating by quad
+    s = hn::MulAdd(hn::LoadU(dq, q + i), value, s);
+  });
+  return hn::GetLane(hn::SumOfLanes(dq, hn::Add(sum[0], sum[1])));
 }
 
 void Polar4Accumulate(float w, const uint8_t* block, int d, float* acc) {
