@@ -25,6 +25,7 @@
 #include <cstring>
 #include <type_traits>
 
+#include <hwy/aligned_allocator.h>
 #include <hwy/highway.h>
 
 #include "cpu/matmul_job.h"
@@ -102,6 +103,15 @@ HWY_INLINE void AddFifthBits32(D d, const uint8_t* qh, hn::Vec<D>* w) {
       }
     }
   }
+}
+
+// sum0 + sum1 += pairwise products of a and b. ReorderWidenMulAccumulate into zero and a separate add: GCC
+// then accumulates in place instead of copying every accumulator each iteration. (x86 leaves sum1 at zero.)
+HWY_INLINE void MulPairsAccumulate(V16 a, V16 b, V32& sum0, V32& sum1) {
+  V32 upper = hn::Zero(D32());
+  const V32 lower = hn::ReorderWidenMulAccumulate(D32(), a, b, hn::Zero(D32()), upper);
+  sum0 = hn::Add(sum0, lower);
+  sum1 = hn::Add(sum1, upper);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -650,6 +660,233 @@ void MatmulRows(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_
     default: return;  // rejected by the caller
   }
 #undef SPARROW_MATMUL_CASE
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Prompt processing: a GEMM with tokens in the vector lanes.
+//
+// Each weight row is unpacked once into int16 (with the legacy offsets applied and the K-quant sub-block
+// scales multiplied in) plus one float scale per group, and then used for every token of the task. Token
+// activations are packed so that one int16 vector holds the element pair (2p, 2p + 1) of kTokensPerVec
+// tokens: a broadcast weight pair times that vector (pmaddwd) adds w[2p] x[t][2p] + w[2p+1] x[t][2p+1] to
+// token t's lane. Per-group float scaling then costs one convert and one FMA per row and group for a whole
+// vector of tokens, instead of per token.
+
+constexpr size_t kTokensPerVec = kLanes / 2;  // 0 on single-lane targets: no GEMM there
+constexpr int kGemmRows = kLanes >= 32 ? 4 : 2;
+constexpr int kGemmVecs = kGemmVectorsPerTile;
+
+// Tokens per vector of the GEMM on this target (0: the target has no GEMM path).
+size_t GemmTokensPerVector() { return kLanes >= 8 ? kTokensPerVec : 0; }
+
+// Packs token vectors [tv_begin, tv_end) (tokens tv * kTokensPerVec ...) from the per-token layout.
+void PackTokenVectors(const QuantizedTokens& xq, int64_t n_in, int64_t tv_begin, int64_t tv_end,
+                      const PackedTokens& out) {
+  const int64_t NT = int64_t(kTokensPerVec);
+  const int64_t n_pairs = n_in / 2, n_groups = n_in / xq.group, n_sums = n_in / 32;
+  for (int64_t tv = tv_begin; tv < tv_end; ++tv) {
+    int16_t* q_out = out.q + tv * n_pairs * 2 * NT;
+    for (int64_t t = 0; t < NT; ++t) {
+      const int64_t token = tv * NT + t;
+      const int16_t* q_in = xq.q + token * n_in;
+      for (int64_t p = 0; p < n_pairs; ++p) std::memcpy(q_out + 2 * (p * NT + t), q_in + 2 * p, 4);
+      for (int64_t g = 0; g < n_groups; ++g) out.scale[(tv * n_groups + g) * NT + t] = xq.scale[token * n_groups + g];
+      for (int64_t j = 0; j < n_sums; ++j) out.sums[(tv * n_sums + j) * NT + t] = xq.scaled_sum32[token * n_sums + j];
+    }
+  }
+}
+
+// One weight row as the GEMM wants it: w[n_in] int16; scale[g] per group (32 elements for legacy types, 256
+// for K-quants); min[j] per 32 elements for types with mins (value = scale * w + min), else untouched.
+template <TensorType kType>
+HWY_INLINE void UnpackRowForGemm(const uint8_t* row, int64_t n_in, int16_t* w, float* scale, float* min) {
+  const D16 d16;
+  if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+    constexpr bool kFive = kType == TensorType::Q5_K;
+    using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
+    const auto* blocks = reinterpret_cast<const Block*>(row);
+    for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
+      const Block& blk = blocks[b];
+      scale[b] = ScaleF16(blk.d);
+      uint8_t sc[8], m[8];
+      UnpackScalesMinsK4(blk.scales, sc, m);
+      ScaleEight(m, -ScaleF16(blk.dmin), min + 8 * b);
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        for (size_t k = 0; k < 32; k += kLanes) {
+          const V16 bytes = LoadBytes(d16, blk.qs + 32 * chunk + k);
+          V16 lo = hn::And(bytes, hn::Set(d16, 0x0F));
+          V16 hi = hn::ShiftRight<4>(bytes);
+          if constexpr (kFive) {
+            const V16 bits = hn::ShiftRightSame(LoadBytes(d16, blk.qh + k), 2 * chunk);
+            lo = hn::Or(lo, hn::ShiftLeft<4>(hn::And(bits, hn::Set(d16, 1))));
+            hi = hn::Or(hi, hn::ShiftLeft<3>(hn::And(bits, hn::Set(d16, 2))));
+          }
+          int16_t* out = w + b * fmt::QK_K + 64 * chunk + k;
+          hn::StoreU(hn::Mul(lo, hn::Set(d16, int16_t(sc[2 * chunk]))), d16, out);
+          hn::StoreU(hn::Mul(hi, hn::Set(d16, int16_t(sc[2 * chunk + 1]))), d16, out + 32);
+        }
+      }
+    }
+  } else if constexpr (kType == TensorType::Q6_K) {
+    const auto* blocks = reinterpret_cast<const fmt::BlockQ6_K*>(row);
+    for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
+      scale[b] = ScaleF16(blocks[b].d);
+      for (int half = 0; half < 2; ++half) {
+        for (size_t l = 0; l < 32; l += kLanes) {
+          V16 q[4];
+          UnpackQ6K<1>(blocks[b], half, l, q);
+          for (int k = 0; k < 4; ++k) hn::StoreU(q[k], d16, w + b * fmt::QK_K + 128 * half + 32 * k + l);
+        }
+      }
+    }
+  } else {
+    using L = Legacy<kType>;
+    const auto* blocks = reinterpret_cast<const typename L::Block*>(row);
+    for (int64_t b = 0; b < n_in / 32; ++b) {
+      V16 q[kVecs32];
+      L::Unpack(blocks[b], q);
+      for (size_t k = 0; k < kVecs32; ++k) hn::StoreU(hn::Add(q[k], hn::Set(d16, int16_t(L::kOffset))), d16, w + 32 * b + k * kLanes);
+      scale[b] = ScaleF16(blocks[b].d);
+      if constexpr (L::kHasMin) min[b] = ScaleF16(L::Min(blocks[b]));
+    }
+  }
+}
+
+template <TensorType kType>
+constexpr bool kGemmHasMin = kType == TensorType::Q4_1 || kType == TensorType::Q5_1 ||
+                             kType == TensorType::Q4_K || kType == TensorType::Q5_K;
+
+// R unpacked rows times kGemmVecs token vectors: out[r][v * kTokensPerVec + lane].
+template <TensorType kType, int R, int kGroup>
+HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, const float* const* min, int64_t n_in,
+                         const PackedTokens& x, int64_t tv0, float (*out)[kGemmVecs * kTokensPerVec]) {
+  constexpr int V = kGemmVecs;
+  constexpr int64_t NT = int64_t(kTokensPerVec);
+  const D16 d16;
+  const D32 d32;
+  const DF df;
+  const int64_t n_pairs = n_in / 2, n_groups = n_in / kGroup, n_sums = n_in / 32;
+  const int16_t* xq[V];
+  const float* xscale[V];
+  for (int v = 0; v < V; ++v) {
+    xq[v] = x.q + (tv0 + v) * n_pairs * 2 * NT;
+    xscale[v] = x.scale + (tv0 + v) * n_groups * NT;
+  }
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(df);
+  }
+  for (int64_t g = 0; g < n_groups; ++g) {
+    V32 sum0[R][V], sum1[R][V];
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < V; ++v) sum0[r][v] = sum1[r][v] = hn::Zero(d32);
+    }
+    const int16_t* xg[V];
+    for (int v = 0; v < V; ++v) xg[v] = xq[v] + g * kGroup * NT;
+    const int64_t w0 = g * kGroup;
+    HWY_UNROLL(2)
+    for (int p = 0; p < kGroup / 2; ++p) {  // a fixed count: unrolled without a remainder loop
+      V16 xv[V];
+      for (int v = 0; v < V; ++v) xv[v] = hn::LoadU(d16, xg[v] + p * 2 * NT);
+      for (int r = 0; r < R; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, w[r] + w0 + 2 * p, 4);
+        const V16 wb = hn::BitCast(d16, hn::Set(d32, pair));
+        for (int v = 0; v < V; ++v) MulPairsAccumulate(xv[v], wb, sum0[r][v], sum1[r][v]);
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      const VF dx = hn::LoadU(df, xscale[v] + g * NT);
+      for (int r = 0; r < R; ++r) {
+        const VF d = hn::Mul(hn::Set(df, scale[r][g]), dx);
+        acc[r][v] = hn::MulAdd(hn::ConvertTo(df, hn::Add(sum0[r][v], sum1[r][v])), d, acc[r][v]);
+      }
+    }
+  }
+  if constexpr (kGemmHasMin<kType>) {
+    for (int v = 0; v < V; ++v) {
+      const float* sums = x.sums + (tv0 + v) * n_sums * NT;
+      for (int64_t j = 0; j < n_sums; ++j) {
+        const VF xs = hn::LoadU(df, sums + j * NT);
+        for (int r = 0; r < R; ++r) acc[r][v] = hn::MulAdd(hn::Set(df, min[r][j]), xs, acc[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], df, out[r] + v * NT);
+  }
+}
+
+// Scratch for R unpacked rows, per thread: grown as needed.
+struct GemmRowScratch {
+  hwy::AlignedFreeUniquePtr<int16_t[]> w;
+  hwy::AlignedFreeUniquePtr<float[]> scale, min;
+  int64_t capacity = 0;
+  void Reserve(int64_t n_in) {
+    if (n_in <= capacity) return;
+    w = hwy::AllocateAligned<int16_t>(size_t(kGemmRows * n_in));
+    scale = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 32)));
+    min = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 32)));
+    capacity = n_in;
+  }
+};
+
+template <TensorType kType, int R>
+HWY_INLINE void GemmRowBlock(const MatmulJob& job, const PackedTokens& x, int64_t row, int64_t tv_begin,
+                             int64_t tv_end, GemmRowScratch& scratch) {
+  constexpr int kGroup = activation_group(kType);
+  const int64_t n_in = job.n_in, NT = int64_t(kTokensPerVec);
+  const int16_t* w[R];
+  const float* scale[R];
+  const float* min[R];
+  for (int r = 0; r < R; ++r) {
+    int16_t* w_r = scratch.w.get() + r * n_in;
+    float* scale_r = scratch.scale.get() + r * (n_in / 32);
+    float* min_r = scratch.min.get() + r * (n_in / 32);
+    UnpackRowForGemm<kType>(job.weights + (row + r) * job.row_bytes, n_in, w_r, scale_r, min_r);
+    w[r] = w_r;
+    scale[r] = scale_r;
+    min[r] = min_r;
+  }
+  HWY_ALIGN float out[R][kGemmVecs * kTokensPerVec];
+  for (int64_t tv = tv_begin; tv + kGemmVecs <= tv_end; tv += kGemmVecs) {
+    GemmTile<kType, R, kGroup>(w, scale, min, n_in, x, tv, out);
+    for (int r = 0; r < R; ++r) {
+      for (int64_t i = 0; i < kGemmVecs * NT; ++i) job.y[(tv * NT + i) * job.n_out + row + r] = out[r][i];
+    }
+  }
+}
+
+template <TensorType kType>
+void GemmRowsTyped(const MatmulJob& job, const PackedTokens& x, int64_t row_begin, int64_t row_end,
+                   int64_t tv_begin, int64_t tv_end) {
+  static thread_local GemmRowScratch scratch;
+  scratch.Reserve(job.n_in);
+  int64_t r = row_begin;
+  for (; r + kGemmRows <= row_end; r += kGemmRows) GemmRowBlock<kType, kGemmRows>(job, x, r, tv_begin, tv_end, scratch);
+  for (; r < row_end; ++r) GemmRowBlock<kType, 1>(job, x, r, tv_begin, tv_end, scratch);
+}
+
+// y[t][r] for rows [row_begin, row_end) and the tokens of token vectors [tv_begin, tv_end), a multiple of
+// kGemmVecs of them; only for quantized types, on targets where GemmTileTokens() > 0.
+void GemmRows(const MatmulJob& job, const PackedTokens& x, int64_t row_begin, int64_t row_end, int64_t tv_begin,
+              int64_t tv_end) {
+  if constexpr (kLanes >= 8) {
+#define SPARROW_GEMM_CASE(type) \
+  case TensorType::type: return GemmRowsTyped<TensorType::type>(job, x, row_begin, row_end, tv_begin, tv_end);
+    switch (job.type) {
+      SPARROW_GEMM_CASE(Q8_0)
+      SPARROW_GEMM_CASE(Q4_0)
+      SPARROW_GEMM_CASE(Q4_1)
+      SPARROW_GEMM_CASE(Q5_0)
+      SPARROW_GEMM_CASE(Q5_1)
+      SPARROW_GEMM_CASE(Q4_K)
+      SPARROW_GEMM_CASE(Q5_K)
+      SPARROW_GEMM_CASE(Q6_K)
+      default: return;
+    }
+#undef SPARROW_GEMM_CASE
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -23,6 +23,9 @@ namespace sparrow::cpu {
 
 HWY_EXPORT(MatmulRows);
 HWY_EXPORT(QuantizeTokens);
+HWY_EXPORT(GemmTokensPerVector);
+HWY_EXPORT(PackTokenVectors);
+HWY_EXPORT(GemmRows);
 
 namespace {
 
@@ -85,6 +88,25 @@ struct ActivationScratch {
     HWY_DYNAMIC_DISPATCH(QuantizeTokens)(x, n_in, n_tokens, group, q.get(), scale.data(), scaled_sum32.data());
     return QuantizedTokens{group, q.get(), scale.data(), scaled_sum32.data()};
   }
+
+  // Buffers for n_tokens packed tokens.
+  hwy::AlignedFreeUniquePtr<int16_t[]> packed_q;
+  hwy::AlignedFreeUniquePtr<float[]> packed_scale, packed_sums;
+  size_t packed_q_capacity = 0, packed_scale_capacity = 0, packed_sums_capacity = 0;
+
+  PackedTokens packed(int64_t n_tokens, int64_t n_in, int group) {
+    grow(packed_q, packed_q_capacity, size_t(n_tokens * n_in));
+    grow(packed_scale, packed_scale_capacity, size_t(n_tokens * (n_in / group)));
+    grow(packed_sums, packed_sums_capacity, size_t(n_tokens * (n_in / 32)));
+    return PackedTokens{packed_q.get(), packed_scale.get(), packed_sums.get()};
+  }
+
+  template <typename T>
+  static void grow(hwy::AlignedFreeUniquePtr<T[]>& buffer, size_t& capacity, size_t n) {
+    if (n <= capacity) return;
+    buffer = hwy::AllocateAligned<T>(n);
+    capacity = n;
+  }
 };
 
 // Rows per task: enough tasks for load balance (a few per thread), few enough that each task's rows are
@@ -103,6 +125,44 @@ int64_t tokens_per_task(int64_t n_tokens, int64_t n_in) {
   return std::min(n_tokens, fit);
 }
 
+// Prompt processing: the first n_gemm tokens (whole GEMM tiles) through the GEMM with packed activations.
+void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vector, int64_t n_gemm,
+                 ActivationScratch& scratch) {
+  const int64_t n_in = job.n_in, n_vectors = n_gemm / tokens_per_vector;
+  const PackedTokens packed = scratch.packed(n_gemm, n_in, job.xq.group);
+  const auto pack = HWY_DYNAMIC_DISPATCH(PackTokenVectors);
+  pool.parallel_for(n_vectors, [&](int64_t tv, int) { pack(job.xq, n_in, tv, tv + 1, packed); });
+
+  // Tasks: row chunks x token-vector chunks; a chunk's packed activations stay in L2 (about 256 KiB).
+  const int64_t vector_bytes = tokens_per_vector * n_in * 2;
+  const int64_t vectors_per_task =
+      std::max<int64_t>(kGemmVectorsPerTile, (256 * 1024 / vector_bytes) / kGemmVectorsPerTile * kGemmVectorsPerTile);
+  const int64_t token_tasks = (n_vectors + vectors_per_task - 1) / vectors_per_task;
+  const int64_t row_step = rows_per_task(job.n_out, pool.size() * 2 / int(std::min<int64_t>(token_tasks, 2)));
+  const int64_t row_tasks = (job.n_out + row_step - 1) / row_step;
+  const auto gemm = HWY_DYNAMIC_DISPATCH(GemmRows);
+  pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
+    const int64_t r0 = (task % row_tasks) * row_step, v0 = (task / row_tasks) * vectors_per_task;
+    gemm(job, packed, r0, std::min(job.n_out, r0 + row_step), v0, std::min(n_vectors, v0 + vectors_per_task));
+  });
+}
+
+// Tokens [token_begin, n_tokens) with the per-row kernels.
+void matmul_rows(ThreadPool& pool, const MatmulJob& job, int64_t token_begin) {
+  const int64_t n_tokens = job.n_tokens - token_begin;
+  if (n_tokens <= 0) return;
+  const int64_t row_step = rows_per_task(job.n_out, pool.size());
+  const int64_t token_step = tokens_per_task(n_tokens, job.n_in);
+  const int64_t row_tasks = (job.n_out + row_step - 1) / row_step;
+  const int64_t token_tasks = (n_tokens + token_step - 1) / token_step;
+  const auto run = HWY_DYNAMIC_DISPATCH(MatmulRows);
+  pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
+    const int64_t r0 = (task % row_tasks) * row_step;
+    const int64_t t0 = token_begin + (task / row_tasks) * token_step;
+    run(job, r0, std::min(job.n_out, r0 + row_step), t0, std::min(job.n_tokens, t0 + token_step));
+  });
+}
+
 }  // namespace
 
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
@@ -110,18 +170,17 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_t
   if (n_tokens <= 0) return;
   MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, n_tokens, x, {}, y};
   static thread_local ActivationScratch scratch;
+  int64_t n_gemm = 0;
   if (const int group = activation_group(w.type); group != 0) {
     job.xq = scratch.quantize(x, w.n_in, n_tokens, group);
+    const int64_t per_vector = int64_t(HWY_DYNAMIC_DISPATCH(GemmTokensPerVector)());
+    const int64_t per_tile = per_vector * kGemmVectorsPerTile;
+    if (per_tile > 0 && n_tokens >= per_tile) {
+      n_gemm = n_tokens / per_tile * per_tile;
+      matmul_gemm(pool, job, per_vector, n_gemm, scratch);
+    }
   }
-  const int64_t row_step = rows_per_task(w.n_out, pool.size());
-  const int64_t token_step = tokens_per_task(n_tokens, w.n_in);
-  const int64_t row_tasks = (w.n_out + row_step - 1) / row_step;
-  const int64_t token_tasks = (n_tokens + token_step - 1) / token_step;
-  const auto run = HWY_DYNAMIC_DISPATCH(MatmulRows);
-  pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
-    const int64_t r0 = (task % row_tasks) * row_step, t0 = (task / row_tasks) * token_step;
-    run(job, r0, std::min(w.n_out, r0 + row_step), t0, std::min(n_tokens, t0 + token_step));
-  });
+  matmul_rows(pool, job, n_gemm);
 }
 
 void get_rows(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {

@@ -18,6 +18,20 @@ struct QuantizedTokens {
   const float* scaled_sum32 = nullptr;  // [n_tokens][n_in / 32]: scale * (sum of q) over each 32 elements
 };
 
+// Activations packed for the prompt-processing GEMM, per vector of n tokens ("token vector" tv; n is the
+// target's GemmTokensPerVector()):
+//   q:     [tv][n_in / 2][n][2] int16: element pair (2p, 2p + 1) of each of the n tokens side by side
+//   scale: [tv][n_in / group][n] float
+//   sums:  [tv][n_in / 32][n] float (scaled_sum32)
+struct PackedTokens {
+  int16_t* q;
+  float* scale;
+  float* sums;
+};
+
+// Token vectors per GEMM tile: the GEMM runs on whole tiles.
+constexpr int kGemmVectorsPerTile = 2;
+
 struct MatmulJob {
   TensorType type;
   const uint8_t* weights;  // n_out rows of row_bytes
@@ -29,7 +43,7 @@ struct MatmulJob {
 };
 
 // Activation group (elements per scale) that a quantized weight type is multiplied with; 0 for float types.
-inline int activation_group(TensorType type) {
+constexpr int activation_group(TensorType type) {
   switch (type) {
     case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
     case TensorType::Q8_0: return 32;

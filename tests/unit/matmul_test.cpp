@@ -164,7 +164,7 @@ TEST(Matmul, MatchesDequantizedDoubleDotForEveryTypeShapeAndThreadCount) {
   uint32_t seed = 1;
   for (const auto& c : all_types()) {
     for (Shape s : {Shape{256, 67}, Shape{512, 33}, Shape{2560, 7}}) {
-      for (int64_t n_tokens : {1, 3, 17}) {
+      for (int64_t n_tokens : {1, 3, 17, 37}) {  // 37: whole prompt GEMM tiles plus a remainder on every target
         check_matmul(c, s, n_tokens, one, seed++);
         check_matmul(c, s, n_tokens, two, seed++);
         if (HasFatalFailure()) return;
@@ -183,7 +183,7 @@ TEST(Matmul, EverySimdTargetCompiledInMatchesTheReference) {
     SCOPED_TRACE(hwy::TargetName(target));
     uint32_t seed = 100;
     for (const auto& c : all_types()) {
-      for (int64_t n_tokens : {1, 5}) check_matmul(c, Shape{512, 19}, n_tokens, two, seed++);
+      for (int64_t n_tokens : {1, 5, 37}) check_matmul(c, Shape{512, 19}, n_tokens, two, seed++);
     }
   }
   hwy::SetSupportedTargetsForTest(0);
