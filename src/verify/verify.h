@@ -49,8 +49,8 @@ struct CodecSummary {
   std::string name;
   double bits_per_element = 0;              // at head dim 128
   std::map<int, double> mse_unit_gaussian;  // head dim -> mean |x - x^|^2 / |x|^2 over the fixture's
-                                            // unit-Gaussian vectors (backend encode + decode); absent if
-                                            // the backend could not run the codec
+                                            // unit-Gaussian vectors (backend encode + decode); absent when
+                                            // the codec's cells did not run (no fixture, no ops)
 };
 
 struct Report {
