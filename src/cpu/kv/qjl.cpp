@@ -15,8 +15,6 @@ namespace sparrow::cpu::HWY_NAMESPACE {
 namespace ts = turboquant_simd;
 namespace qjl = formats::qjl;
 
-bool QjlLanesSupported() { return ts::PowerOfTwoLanes(); }
-
 void QjlEncode(const float* k, int d, uint8_t* block) {
   const int m = qjl::kCodecRowsPerDim * d;
   float sketch[qjl::kCodecRowsPerDim * formats::turboquant::kMaxHeadDim];
@@ -65,7 +63,6 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparrow::cpu {
 
-HWY_EXPORT(QjlLanesSupported);
 HWY_EXPORT(QjlEncode);
 HWY_EXPORT(QjlDecode);
 HWY_EXPORT(QjlPrepareQuery);
@@ -75,35 +72,33 @@ HWY_EXPORT(QjlFinish);
 
 namespace {
 
-// Head dims are checked here; a target whose lane count the kernels cannot use runs the reference ops.
-const formats::KvCodecOps& reference() { return *formats::qjl_codec().reference; }
-bool simd_usable(int d) {
-  formats::turboquant::check_head_dim("qjl", d);
-  return HWY_DYNAMIC_DISPATCH(QjlLanesSupported)();
+// Head dims are checked here; the kernels trust d.
+void check(int d) {
+  if (!formats::kv_head_dim_supported(d)) formats::turboquant::check_head_dim("qjl", d);
 }
 
 void encode(const float* k, int d, uint8_t* block) {
-  if (!simd_usable(d)) return reference().encode(k, d, block);
+  check(d);
   HWY_DYNAMIC_DISPATCH(QjlEncode)(k, d, block);
 }
 void decode(const uint8_t* block, int d, float* x) {
-  if (!simd_usable(d)) return reference().decode(block, d, x);
+  check(d);
   HWY_DYNAMIC_DISPATCH(QjlDecode)(block, d, x);
 }
 void prepare_query(const float* q, int d, float* prepared) {
-  if (!simd_usable(d)) return reference().prepare_query(q, d, prepared);
+  check(d);
   HWY_DYNAMIC_DISPATCH(QjlPrepareQuery)(q, d, prepared);
 }
 float score(const float* prepared, const uint8_t* block, int d) {
-  if (!simd_usable(d)) return reference().score(prepared, block, d);
+  check(d);
   return HWY_DYNAMIC_DISPATCH(QjlScore)(prepared, block, d);
 }
 void accumulate(float w, const uint8_t* block, int d, float* acc) {
-  if (!simd_usable(d)) return reference().accumulate(w, block, d, acc);
+  check(d);
   HWY_DYNAMIC_DISPATCH(QjlAccumulate)(w, block, d, acc);
 }
 void finish(const float* acc, int d, float* out) {
-  if (!simd_usable(d)) return reference().finish(acc, d, out);
+  check(d);
   HWY_DYNAMIC_DISPATCH(QjlFinish)(acc, d, out);
 }
 

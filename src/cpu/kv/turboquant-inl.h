@@ -4,9 +4,9 @@
 // (sign bits).
 //
 // Vectors hold at most 16 floats (CappedTag): head dims are 64..512 and a sub-block's smallest packed unit
-// (the 3-bit plane's quarters at n = 64) is 16 elements, so every loop runs whole vectors. The kernels need a
-// power-of-two lane count; callers check PowerOfTwoLanes() and use the reference ops otherwise (only
-// unusual SVE vector lengths would get there).
+// (the 3-bit plane's quarters at n = 64) is 16 elements, so every loop runs whole vectors. The lane count is
+// a power of two on every Highway target (SVE included: Highway uses the SV_POW2 pattern), which the table
+// lookups and the in-vector butterflies rely on.
 //
 // Rounding: the rotation is bit-identical to the reference (same butterflies, signs multiply exactly);
 // scores and accumulations sum in float in another order than the references' double sums.
@@ -42,11 +42,6 @@ using DU8 = hn::Rebind<uint8_t, DF>;
 using VF = hn::Vec<DF>;
 using VI = hn::Vec<DI>;
 using VU = hn::Vec<DU>;
-
-HWY_INLINE bool PowerOfTwoLanes() {
-  const size_t n = hn::Lanes(DF());
-  return (n & (n - 1)) == 0;
-}
 
 HWY_INLINE float ReduceSum(VF v) { return hn::GetLane(hn::SumOfLanes(DF(), v)); }
 
@@ -132,34 +127,78 @@ HWY_INLINE VF LookupCentroids(const float* table, int levels, VI code) {
   return result;
 }
 
-// Bits first .. first+N-1 of a little-endian bit array (first a multiple of N), as 0/1 lanes. N <= 16 and
-// first % N == 0, so the bits lie in one aligned 16-bit word.
-HWY_INLINE VU BitsAt(const uint8_t* bits, int first) {
+// Bits first .. first+N-1 of a little-endian bit array (first a multiple of N) as a lane mask. With N >= 8
+// lanes, first is a multiple of 8 and Highway's LoadMaskBits reads the bytes directly; fewer lanes fit in one
+// byte.
+HWY_INLINE hn::Mask<DI> BitMaskAt(const uint8_t* bits, int first) {
+  const DI di;
+  if (hn::Lanes(di) >= 8) return hn::LoadMaskBits(di, bits + first / 8);
   const DU du;
-  const int word = first / 16;
-  const uint32_t w = uint32_t(bits[2 * word]) | uint32_t(bits[2 * word + 1]) << 8;
-  const VU shift = hn::Iota(du, uint32_t(first % 16));
-  return hn::And(hn::Shr(hn::Set(du, w), shift), hn::Set(du, 1u));
+  const VU shifted = hn::Shr(hn::Set(du, uint32_t(bits[first / 8])), hn::Iota(du, uint32_t(first % 8)));
+  return hn::RebindMask(di, hn::Ne(hn::And(shifted, hn::Set(du, 1u)), hn::Zero(du)));
 }
 
 HWY_INLINE VI LoadBytes(const uint8_t* p) { return hn::PromoteTo(DI(), hn::LoadU(DU8(), p)); }
 
-// The codes of elements e .. e+N-1 of a sub-block of n packed codes (layout: formats/kv/turboquant.h).
+// A sub-block's packed codes come in G groups of n/G elements that share bytes: G = 2 nibbles (4 bits) or
+// 4 quarters (2 and 3 bits). One load of N bytes at offset j serves elements j + k n/G of every group k.
 template <int kBits>
-HWY_INLINE VI CodesAt(const uint8_t* packed, int n, int e) {
+constexpr int kGroups = kBits == 4 ? 2 : 4;
+
+// The codes of elements j + k n/G .. +N-1, from bytes = LoadBytes(packed + j) (layout: formats/kv/turboquant.h).
+template <int kBits, int k>
+HWY_INLINE VI GroupCodes(VI bytes, const uint8_t* packed, int n, int j) {
   const DI di;
   if constexpr (kBits == 4) {
-    const int half = n / 2;
-    const VI bytes = LoadBytes(packed + e % half);
-    if (e < half) return hn::And(bytes, hn::Set(di, 15));
+    if constexpr (k == 0) return hn::And(bytes, hn::Set(di, 15));
     return hn::ShiftRight<4>(bytes);
   } else {
-    const int quarter = n / 4;
-    const VI low = hn::And(hn::ShiftRightSame(LoadBytes(packed + e % quarter), 2 * (e / quarter)), hn::Set(di, 3));
+    const VI low = hn::And(hn::ShiftRight<2 * k>(bytes), hn::Set(di, 3));
     if constexpr (kBits == 2) return low;
-    const VI high = hn::BitCast(di, BitsAt(packed + quarter, e));
-    return hn::Or(low, hn::ShiftLeft<2>(high));
+    const int quarter = n / 4;
+    return hn::Or(low, hn::IfThenElseZero(BitMaskAt(packed + quarter, j + k * quarter), hn::Set(di, 4)));
   }
+}
+
+template <int kBits, int k>
+HWY_INLINE VF GroupCentroids(VI bytes, const uint8_t* packed, int n, int j, const float* table) {
+  return LookupCentroids(table, 1 << kBits, GroupCodes<kBits, k>(bytes, packed, n, j));
+}
+
+// Calls visit(centroids, element offset) for every vector of one sub-block's n codes. visit holds no vectors
+// (SVE vectors cannot be members), so it works on memory: used by decode and accumulate.
+template <int kBits, class Visit>
+HWY_INLINE void ForEachCentroidVector(const uint8_t* packed, int n, const float* table, const Visit& visit) {
+  const int N = int(hn::Lanes(DF()));
+  const int span = n / kGroups<kBits>;
+  for (int j = 0; j < span; j += N) {
+    const VI bytes = LoadBytes(packed + j);
+    visit(GroupCentroids<kBits, 0>(bytes, packed, n, j, table), j);
+    visit(GroupCentroids<kBits, 1>(bytes, packed, n, j, table), j + span);
+    if constexpr (kGroups<kBits> == 4) {
+      visit(GroupCentroids<kBits, 2>(bytes, packed, n, j, table), j + 2 * span);
+      visit(GroupCentroids<kBits, 3>(bytes, packed, n, j, table), j + 3 * span);
+    }
+  }
+}
+
+// sum over the sub-block of q[i] * centroid[code i] (as a vector of partial sums), one accumulator per group.
+template <int kBits>
+HWY_INLINE VF SubBlockDot(const uint8_t* packed, int n, const float* table, const float* q) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  const int span = n / kGroups<kBits>;
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
+  for (int j = 0; j < span; j += N) {
+    const VI bytes = LoadBytes(packed + j);
+    a0 = hn::MulAdd(GroupCentroids<kBits, 0>(bytes, packed, n, j, table), hn::LoadU(df, q + j), a0);
+    a1 = hn::MulAdd(GroupCentroids<kBits, 1>(bytes, packed, n, j, table), hn::LoadU(df, q + span + j), a1);
+    if constexpr (kGroups<kBits> == 4) {
+      a2 = hn::MulAdd(GroupCentroids<kBits, 2>(bytes, packed, n, j, table), hn::LoadU(df, q + 2 * span + j), a2);
+      a3 = hn::MulAdd(GroupCentroids<kBits, 3>(bytes, packed, n, j, table), hn::LoadU(df, q + 3 * span + j), a3);
+    }
+  }
+  return hn::Add(hn::Add(a0, a1), hn::Add(a2, a3));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -169,21 +208,13 @@ HWY_INLINE VI CodesAt(const uint8_t* packed, int n, int e) {
 template <int kBits>
 HWY_INLINE float MseScore(const float* q, const uint8_t* block, int d, const fmt::LloydMaxCodebook& book) {
   const DF df;
-  const int N = int(hn::Lanes(df));
   const int n = fmt::turboquant::sub_block_size(d);
   const size_t stride = fmt::turboquant::sub_block_bytes(n, kBits);
   VF total = hn::Zero(df);
   for (int s = 0; s < d / n; ++s) {
     const uint8_t* sub = block + s * stride;
-    const float* qs = q + s * n;
-    VF a0 = hn::Zero(df), a1 = hn::Zero(df);
-    for (int e = 0; e < n; e += 2 * N) {
-      a0 = hn::MulAdd(LookupCentroids(book.centroids, 1 << kBits, CodesAt<kBits>(sub + 2, n, e)),
-                      hn::LoadU(df, qs + e), a0);
-      a1 = hn::MulAdd(LookupCentroids(book.centroids, 1 << kBits, CodesAt<kBits>(sub + 2, n, e + N)),
-                      hn::LoadU(df, qs + e + N), a1);
-    }
-    total = hn::MulAdd(hn::Add(a0, a1), hn::Set(df, fmt::turboquant::load_norm(sub)), total);
+    const VF dot = SubBlockDot<kBits>(sub + 2, n, book.centroids, q + s * n);
+    total = hn::MulAdd(dot, hn::Set(df, fmt::turboquant::load_norm(sub)), total);
   }
   return ReduceSum(total);
 }
@@ -193,17 +224,15 @@ template <int kBits>
 HWY_INLINE void MseAccumulate(float w, const uint8_t* block, int d, const fmt::LloydMaxCodebook& book,
                               float* acc) {
   const DF df;
-  const int N = int(hn::Lanes(df));
   const int n = fmt::turboquant::sub_block_size(d);
   const size_t stride = fmt::turboquant::sub_block_bytes(n, kBits);
   for (int s = 0; s < d / n; ++s) {
     const uint8_t* sub = block + s * stride;
-    const VF weight = hn::Set(df, w * fmt::turboquant::load_norm(sub));
+    const float weight = w * fmt::turboquant::load_norm(sub);
     float* as = acc + s * n;
-    for (int e = 0; e < n; e += N) {
-      const VF c = LookupCentroids(book.centroids, 1 << kBits, CodesAt<kBits>(sub + 2, n, e));
-      hn::StoreU(hn::MulAdd(c, weight, hn::LoadU(df, as + e)), df, as + e);
-    }
+    ForEachCentroidVector<kBits>(sub + 2, n, book.centroids, [&](VF c, int e) {
+      hn::StoreU(hn::MulAdd(c, hn::Set(df, weight), hn::LoadU(df, as + e)), df, as + e);
+    });
   }
 }
 
@@ -211,16 +240,15 @@ HWY_INLINE void MseAccumulate(float w, const uint8_t* block, int d, const fmt::L
 template <int kBits>
 HWY_INLINE void MseDecode(const uint8_t* block, int d, const fmt::LloydMaxCodebook& book, float* y) {
   const DF df;
-  const int N = int(hn::Lanes(df));
   const int n = fmt::turboquant::sub_block_size(d);
   const size_t stride = fmt::turboquant::sub_block_bytes(n, kBits);
   for (int s = 0; s < d / n; ++s) {
     const uint8_t* sub = block + s * stride;
-    const VF norm = hn::Set(df, fmt::turboquant::load_norm(sub));
-    for (int e = 0; e < n; e += N) {
-      const VF c = LookupCentroids(book.centroids, 1 << kBits, CodesAt<kBits>(sub + 2, n, e));
-      hn::StoreU(hn::Mul(norm, c), df, y + s * n + e);
-    }
+    const float norm = fmt::turboquant::load_norm(sub);
+    float* ys = y + s * n;
+    ForEachCentroidVector<kBits>(sub + 2, n, book.centroids, [&](VF c, int e) {
+      hn::StoreU(hn::Mul(hn::Set(df, norm), c), df, ys + e);
+    });
   }
 }
 
@@ -281,9 +309,10 @@ HWY_INLINE void ProjectTransposed(const float* s, const float* v, int m, int d, 
   }
 }
 
-// The float sign mask (0x80000000 where the bit is set) of sign bits first .. first+N-1.
+// The float sign mask (-0.0f, i.e. only the sign bit, where the bit is set) of sign bits first .. first+N-1.
 HWY_INLINE VF SignMaskAt(const uint8_t* bits, int first) {
-  return hn::BitCast(DF(), hn::ShiftLeft<31>(BitsAt(bits, first)));
+  const DF df;
+  return hn::IfThenElseZero(hn::RebindMask(df, BitMaskAt(bits, first)), hn::Set(df, -0.0f));
 }
 
 // sum over i < m of sx[i] * (bit i set ? -1 : +1).

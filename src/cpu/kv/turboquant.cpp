@@ -15,8 +15,6 @@ namespace sparrow::cpu::HWY_NAMESPACE {
 namespace ts = turboquant_simd;
 using formats::LloydMaxCodebook;
 
-bool TbqLanesSupported() { return ts::PowerOfTwoLanes(); }
-
 void TbqEncode(const float* x, int d, const LloydMaxCodebook& book, uint8_t* block) {
   float y[formats::turboquant::kMaxHeadDim];
   ts::Rotate(x, d, y);
@@ -61,7 +59,6 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparrow::cpu {
 
-HWY_EXPORT(TbqLanesSupported);
 HWY_EXPORT(TbqEncode);
 HWY_EXPORT(TbqDecode);
 HWY_EXPORT(TbqRotate);
@@ -71,17 +68,14 @@ HWY_EXPORT(TbqAccumulate);
 
 namespace {
 
-// The optimized ops of the b-bit codec. Head dims are checked here (the kernels trust d); a target whose
-// lane count the kernels cannot use runs the reference ops instead.
+// The optimized ops of the b-bit codec. Head dims are checked here; the kernels trust d.
 template <int kBits>
 struct TbqOps {
   static const formats::KvCodecInfo& info() {
     return kBits == 2 ? formats::tbq2_codec() : kBits == 3 ? formats::tbq3_codec() : formats::tbq4_codec();
   }
-  static const formats::KvCodecOps& reference() { return *info().reference; }
-  static bool simd_usable(int d) {
-    formats::turboquant::check_head_dim(info().name.data(), d);
-    return HWY_DYNAMIC_DISPATCH(TbqLanesSupported)();
+  static void check(int d) {
+    if (!formats::kv_head_dim_supported(d)) formats::turboquant::check_head_dim(info().name.data(), d);
   }
   static const formats::LloydMaxCodebook& book(int d) {
     static const formats::LloydMaxCodebook& small = formats::lloyd_max_codebook(64, kBits);
@@ -90,27 +84,27 @@ struct TbqOps {
   }
 
   static void encode(const float* x, int d, uint8_t* block) {
-    if (!simd_usable(d)) return reference().encode(x, d, block);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqEncode)(x, d, book(d), block);
   }
   static void decode(const uint8_t* block, int d, float* x) {
-    if (!simd_usable(d)) return reference().decode(block, d, x);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqDecode)(block, d, book(d), x);
   }
   static void prepare_query(const float* q, int d, float* prepared) {
-    if (!simd_usable(d)) return reference().prepare_query(q, d, prepared);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqRotate)(q, d, prepared);
   }
   static float score(const float* prepared, const uint8_t* block, int d) {
-    if (!simd_usable(d)) return reference().score(prepared, block, d);
+    check(d);
     return HWY_DYNAMIC_DISPATCH(TbqScore)(prepared, block, d, book(d));
   }
   static void accumulate(float w, const uint8_t* block, int d, float* acc) {
-    if (!simd_usable(d)) return reference().accumulate(w, block, d, acc);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqAccumulate)(w, block, d, book(d), acc);
   }
   static void finish(const float* acc, int d, float* out) {
-    if (!simd_usable(d)) return reference().finish(acc, d, out);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqUnrotate)(acc, d, out);
   }
 

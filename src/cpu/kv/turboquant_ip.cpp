@@ -25,8 +25,6 @@ ResidualSketch ResidualAt(const uint8_t* block, int d, const LloydMaxCodebook& m
   return {formats::qjl::estimator_scale(d) * formats::turboquant::load_norm(part), part + 2};
 }
 
-bool TbqProdLanesSupported() { return ts::PowerOfTwoLanes(); }
-
 void TbqProdEncode(const float* x, int d, const LloydMaxCodebook& mse_book, uint8_t* block) {
   constexpr int kMax = formats::turboquant::kMaxHeadDim;
   float y[kMax], residual[kMax], sketch[kMax];
@@ -99,7 +97,6 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparrow::cpu {
 
-HWY_EXPORT(TbqProdLanesSupported);
 HWY_EXPORT(TbqProdEncode);
 HWY_EXPORT(TbqProdDecode);
 HWY_EXPORT(TbqProdPrepareQuery);
@@ -109,15 +106,12 @@ HWY_EXPORT(TbqProdFinish);
 
 namespace {
 
-// The optimized ops of the b-bit codec ((b-1)-bit MSE part). Head dims are checked here; a target whose
-// lane count the kernels cannot use runs the reference ops instead.
+// The optimized ops of the b-bit codec ((b-1)-bit MSE part). Head dims are checked here; the kernels trust d.
 template <int kBits>
 struct TbqProdOps {
   static const formats::KvCodecInfo& info() { return kBits == 3 ? formats::tbq3p_codec() : formats::tbq4p_codec(); }
-  static const formats::KvCodecOps& reference() { return *info().reference; }
-  static bool simd_usable(int d) {
-    formats::turboquant::check_head_dim(info().name.data(), d);
-    return HWY_DYNAMIC_DISPATCH(TbqProdLanesSupported)();
+  static void check(int d) {
+    if (!formats::kv_head_dim_supported(d)) formats::turboquant::check_head_dim(info().name.data(), d);
   }
   static const formats::LloydMaxCodebook& mse_book(int d) {
     static const formats::LloydMaxCodebook& small = formats::lloyd_max_codebook(64, kBits - 1);
@@ -126,27 +120,27 @@ struct TbqProdOps {
   }
 
   static void encode(const float* x, int d, uint8_t* block) {
-    if (!simd_usable(d)) return reference().encode(x, d, block);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqProdEncode)(x, d, mse_book(d), block);
   }
   static void decode(const uint8_t* block, int d, float* x) {
-    if (!simd_usable(d)) return reference().decode(block, d, x);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqProdDecode)(block, d, mse_book(d), x);
   }
   static void prepare_query(const float* q, int d, float* prepared) {
-    if (!simd_usable(d)) return reference().prepare_query(q, d, prepared);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqProdPrepareQuery)(q, d, prepared);
   }
   static float score(const float* prepared, const uint8_t* block, int d) {
-    if (!simd_usable(d)) return reference().score(prepared, block, d);
+    check(d);
     return HWY_DYNAMIC_DISPATCH(TbqProdScore)(prepared, block, d, mse_book(d));
   }
   static void accumulate(float w, const uint8_t* block, int d, float* acc) {
-    if (!simd_usable(d)) return reference().accumulate(w, block, d, acc);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqProdAccumulate)(w, block, d, mse_book(d), acc);
   }
   static void finish(const float* acc, int d, float* out) {
-    if (!simd_usable(d)) return reference().finish(acc, d, out);
+    check(d);
     HWY_DYNAMIC_DISPATCH(TbqProdFinish)(acc, d, out);
   }
 

@@ -70,8 +70,11 @@ void pack_codes(const uint8_t* codes, int n, int bits, uint8_t* packed) {
   } else if (bits == 3) {
     pack_quarters(codes, n, packed);
     uint8_t* high = packed + n / 4;
-    std::memset(high, 0, n / 8);
-    for (int e = 0; e < n; ++e) high[e / 8] |= uint8_t(((codes[e] >> 2) & 1) << (e % 8));
+    for (int j = 0; j < n / 8; ++j) {
+      uint8_t byte = 0;
+      for (int b = 0; b < 8; ++b) byte |= uint8_t(((codes[8 * j + b] >> 2) & 1) << b);
+      high[j] = byte;
+    }
   } else {
     throw Error("turboquant: " + std::to_string(bits) + "-bit codes are not packed (expected 2, 3 or 4)");
   }
