@@ -258,32 +258,54 @@ struct Legacy<TensorType::Q5_1> {
   static HWY_INLINE uint16_t Min(const Block& b) { return b.m; }
 };
 
-// Legacy block scales of one chunk of one row, for every token of the tile: dd[t][b] = d_w[b] * d_x[t][b],
-// and the offset term, offset[t] += sum_b offset_w[b] * scaled_sum32_x[t][b]. Works on 8 blocks at a time:
-// the block arrays are zero-padded to a multiple of 8 and the activation arrays are padded by the caller.
-template <TensorType kType, int T>
-HWY_INLINE void PrepareLegacyChunk(const uint16_t* d_f16, const uint16_t* m_f16, int n_padded, const TokenQ* x,
-                                   int64_t c0, float (*dd)[kChunkBlocks32], float* offset) {
-  using L = Legacy<kType>;
+// f16 fields of up to 8 consecutive blocks (zero past n_left) -> 8 floats: the halves are inserted lane by
+// lane (a gather is slow on some cores, and a vector load of values just stored one by one stalls on store
+// forwarding) and converted together.
+template <class Block, class Field>
+HWY_INLINE hn::Vec<hn::CappedTag<float, 8>> BlockHalvesToFloat(const Block* blocks, int n_left, Field field) {
   const hn::CappedTag<float, 8> df;
-  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
+  const hn::Rebind<uint16_t, decltype(df)> du16;
+  auto bits = hn::Zero(du16);
+  // Literal lane indices, so that InsertLane becomes one insert instruction.
+#define SPARROW_INSERT_HALF(i) \
+  if (i < hn::MaxLanes(du16) && i < n_left) bits = hn::InsertLane(bits, i, field(blocks[i]));
+  SPARROW_INSERT_HALF(0) SPARROW_INSERT_HALF(1) SPARROW_INSERT_HALF(2) SPARROW_INSERT_HALF(3)
+  SPARROW_INSERT_HALF(4) SPARROW_INSERT_HALF(5) SPARROW_INSERT_HALF(6) SPARROW_INSERT_HALF(7)
+#undef SPARROW_INSERT_HALF
+  return hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, decltype(df)>(), bits));
+}
+
+// Legacy block scales of one chunk of one row, for every token of the tile: dd[t][b] = d_w[b] * d_x[t][b],
+// and the offset term, offset[t] += sum_b offset_w[b] * scaled_sum32_x[t][b]. Eight blocks at a time (the
+// last group zero-padded; dd has room, and the activation arrays are padded by the caller).
+template <TensorType kType, int T>
+HWY_INLINE void PrepareLegacyChunk(const typename Legacy<kType>::Block* blocks, int n, const TokenQ* x, int64_t c0,
+                                   float (*dd)[kChunkBlocks32], float* offset) {
+  using L = Legacy<kType>;
+  using Block = typename L::Block;
+  constexpr bool kOffsetTerm = L::kHasMin || L::kOffset != 0;
+  const hn::CappedTag<float, 8> df;
   const int N = int(hn::Lanes(df));
-  for (int t = 0; t < T; ++t) {
-    auto offset_sum = hn::Zero(df);
-    for (int b = 0; b < n_padded; b += N) {
-      const auto d_w = hn::PromoteTo(df, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(d_f16 + b)));
-      hn::Store(hn::Mul(d_w, hn::LoadU(df, x[t].scale + c0 + b)), df, dd[t] + b);
-      if constexpr (L::kHasMin) {
-        const auto m_w = hn::PromoteTo(df, hn::Load(dh, reinterpret_cast<const hwy::float16_t*>(m_f16 + b)));
-        offset_sum = hn::MulAdd(m_w, hn::LoadU(df, x[t].scaled_sum32 + c0 + b), offset_sum);
-      } else if constexpr (L::kOffset != 0) {
-        offset_sum = hn::MulAdd(d_w, hn::LoadU(df, x[t].scaled_sum32 + c0 + b), offset_sum);
+  decltype(hn::Zero(df)) offset_sum[T];
+  for (int t = 0; t < T; ++t) offset_sum[t] = hn::Zero(df);
+  for (int b = 0; b < n; b += N) {
+    const Block* group = blocks + c0 + b;
+    const auto d_w = BlockHalvesToFloat(group, n - b, [](const Block& blk) HWY_ATTR { return blk.d; });
+    auto offset_w = hn::Zero(df);
+    if constexpr (L::kHasMin) {
+      offset_w = BlockHalvesToFloat(group, n - b, [](const Block& blk) HWY_ATTR { return L::Min(blk); });
+    } else if constexpr (L::kOffset != 0) {
+      offset_w = hn::Mul(d_w, hn::Set(df, float(L::kOffset)));
+    }
+    for (int t = 0; t < T; ++t) {
+      hn::StoreU(hn::Mul(d_w, hn::LoadU(df, x[t].scale + c0 + b)), df, dd[t] + b);
+      if constexpr (kOffsetTerm) {
+        offset_sum[t] = hn::MulAdd(offset_w, hn::LoadU(df, x[t].scaled_sum32 + c0 + b), offset_sum[t]);
       }
     }
-    if constexpr (L::kHasMin || L::kOffset != 0) {
-      const float sum = hn::GetLane(hn::SumOfLanes(df, offset_sum));
-      offset[t] += L::kHasMin ? sum : float(L::kOffset) * sum;
-    }
+  }
+  if constexpr (kOffsetTerm) {
+    for (int t = 0; t < T; ++t) offset[t] += hn::GetLane(hn::SumOfLanes(df, offset_sum[t]));
   }
 }
 
@@ -296,19 +318,10 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
   const int64_t nb = n_in / 32;
   TileAccumulators<R, T> tile;
   float offset[R * T] = {};
-  HWY_ALIGN uint16_t d_f16[kChunkBlocks32], m_f16[kChunkBlocks32];
   HWY_ALIGN float dd[R][T][kChunkBlocks32];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
     const int n = int(std::min<int64_t>(kChunkBlocks32, nb - c0));
-    const int n_padded = (n + 7) & ~7;
-    for (int r = 0; r < R; ++r) {
-      for (int b = 0; b < n; ++b) {
-        d_f16[b] = blocks[r][c0 + b].d;
-        if constexpr (L::kHasMin) m_f16[b] = L::Min(blocks[r][c0 + b]);
-      }
-      for (int b = n; b < n_padded; ++b) d_f16[b] = m_f16[b] = 0;
-      PrepareLegacyChunk<kType, T>(d_f16, m_f16, n_padded, x, c0, dd[r], offset + r * T);
-    }
+    for (int r = 0; r < R; ++r) PrepareLegacyChunk<kType, T>(blocks[r], n, x, c0, dd[r], offset + r * T);
     VF acc[R * T];
     for (int p = 0; p < R * T; ++p) acc[p] = hn::Zero(DF());
     for (int b = 0; b < n; ++b) {
@@ -394,7 +407,7 @@ HWY_INLINE void PrepareQ45KChunk(const Block* blocks, int n, const TokenQ* x, in
     ScaleEight(m, -ScaleF16(blk.dmin), min_w + 8 * b);
   }
   for (int t = 0; t < T; ++t) {
-    MulFloats(d_w, x[t].scale + c0, dd[t], n);
+    for (int b = 0; b < n; ++b) dd[t][b] = d_w[b] * x[t].scale[c0 + b];  // scalar: see PrepareLegacyChunk
     offset[t] += DotFloats(min_w, x[t].scaled_sum32 + 8 * c0, 8 * n);
   }
 }
@@ -503,7 +516,9 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
     const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
     for (int r = 0; r < R; ++r) {
       for (int b = 0; b < n; ++b) d_w[b] = ScaleF16(blocks[r][c0 + b].d);
-      for (int t = 0; t < T; ++t) MulFloats(d_w, x[t].scale + c0, dd[r][t], n);
+      for (int t = 0; t < T; ++t) {
+        for (int b = 0; b < n; ++b) dd[r][t][b] = d_w[b] * x[t].scale[c0 + b];  // scalar: see PrepareLegacyChunk
+      }
     }
     ForBlocks<R, T>(n, tile, [&](int b, VF* acc) HWY_ATTR SPARROW_ALWAYS_INLINE {
       V32 isum[R * T];
