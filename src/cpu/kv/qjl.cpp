@@ -31,7 +31,7 @@ void QjlDecode(const uint8_t* block, int d, float* x) {
   const int m = qjl::kCodecRowsPerDim * d;
   float v[qjl::kCodecRowsPerDim * formats::turboquant::kMaxHeadDim];
   ts::SignedFill(QjlScaledNorm(block, m), block + 2, m, v);
-  ts::ProjectTransposed(qjl::projection(m, d), v, m, d, x);
+  ts::ProjectTransposedInDouble(qjl::projection(m, d), v, m, d, x);
 }
 
 void QjlPrepareQuery(const float* q, int d, float* prepared) {

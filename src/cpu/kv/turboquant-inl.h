@@ -309,6 +309,30 @@ HWY_INLINE void ProjectTransposed(const float* s, const float* v, int m, int d, 
   }
 }
 
+// x = S^T v summed in double, as the reference does: decode must reproduce the reference's values exactly
+// (sparrow verify compares decode bit for bit), and two double sums of m terms round to the same float except
+// within ~1e-16 of a float rounding midpoint. Slower than ProjectTransposed; decode is not on the attention
+// path (finish, once per output row, uses the float version).
+HWY_INLINE void ProjectTransposedInDouble(const float* s, const float* v, int m, int d, float* x) {
+#if HWY_HAVE_FLOAT64
+  const hn::CappedTag<double, 8> dd;
+  const hn::Rebind<float, decltype(dd)> df_half;
+  const int N = int(hn::Lanes(dd));
+  for (int j = 0; j < d; j += N) {
+    auto sum = hn::Zero(dd);
+    for (int i = 0; i < m; ++i)
+      sum = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(df_half, s + size_t(i) * d + j)), hn::Set(dd, double(v[i])), sum);
+    hn::StoreU(hn::DemoteTo(df_half, sum), df_half, x + j);
+  }
+#else
+  for (int j = 0; j < d; ++j) {
+    double sum = 0;
+    for (int i = 0; i < m; ++i) sum += double(s[size_t(i) * d + j]) * v[i];
+    x[j] = float(sum);
+  }
+#endif
+}
+
 // The float sign mask (-0.0f, i.e. only the sign bit, where the bit is set) of sign bits first .. first+N-1.
 HWY_INLINE VF SignMaskAt(const uint8_t* bits, int first) {
   const DF df;

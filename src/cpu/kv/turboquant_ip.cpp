@@ -52,7 +52,7 @@ void TbqProdDecode(const uint8_t* block, int d, const LloydMaxCodebook& mse_book
   }
   const ResidualSketch sketch = ResidualAt(block, d, mse_book);
   ts::SignedFill(sketch.scaled_norm, sketch.signs, d, v);
-  ts::ProjectTransposed(formats::qjl::projection(d, d), v, d, d, r);
+  ts::ProjectTransposedInDouble(formats::qjl::projection(d, d), v, d, d, r);
   for (int i = 0; i < d; ++i) y[i] += r[i];
   ts::Unrotate(y, d, x);
 }
