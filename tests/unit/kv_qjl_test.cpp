@@ -183,7 +183,7 @@ TEST(KvQjl, RejectsUnsupportedHeadDims) {
 }
 
 // The optimized encode may flip a sign only where the projection is within float rounding of 0; the other
-// ops, on the same bytes, agree to float summation order.
+// ops, on the same bytes, agree to float summation order, and decode exactly.
 void expect_optimized_matches_reference(int d, uint64_t seed) {
   const KvCodecOps &ref = *info().reference, &opt = cpu::qjl_ops();
   const int m = 2 * d;
@@ -203,7 +203,7 @@ void expect_optimized_matches_reference(int d, uint64_t seed) {
     const std::vector<float> pr = prepare(info(), ref, q), po = prepare(info(), opt, q);
     for (int i = 0; i < m; ++i) ASSERT_NEAR(po[i], pr[i], 1e-5 * qjl::row_norm(d) * norm(q)) << "prepared " << i;
     const std::vector<float> xr = decode(ref, block, d), xo = decode(opt, block, d);
-    for (int i = 0; i < d; ++i) ASSERT_NEAR(xo[i], xr[i], 1e-5 * norm(xr)) << "decode " << i;
+    for (int i = 0; i < d; ++i) ASSERT_EQ(xo[i], xr[i]) << "decode is exact (sparrow verify), element " << i;
     EXPECT_NEAR(opt.score(pr.data(), block.data(), d), ref.score(pr.data(), block.data(), d),
                 1e-4 * norm(pr) * norm(k));
     std::vector<float> acc_r(m, 0.25f), acc_o = acc_r, out_r(d), out_o(d);

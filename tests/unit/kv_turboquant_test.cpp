@@ -492,7 +492,7 @@ void expect_optimized_matches_reference(const TbqCodec& c, int d, uint64_t seed)
     const std::vector<float> pr = prepare(info, ref, q), po = prepare(info, opt, q);
     for (size_t i = 0; i < pr.size(); ++i) ASSERT_NEAR(po[i], pr[i], 1e-5 * norm(q)) << "prepared " << i;
     const std::vector<float> xr = decode(ref, block, d), xo = decode(opt, block, d);
-    for (int i = 0; i < d; ++i) ASSERT_NEAR(xo[i], xr[i], 1e-5 * norm(xr)) << "decode " << i;
+    for (int i = 0; i < d; ++i) ASSERT_EQ(xo[i], xr[i]) << "decode is exact (sparrow verify), element " << i;
     EXPECT_NEAR(opt.score(pr.data(), block.data(), d), ref.score(pr.data(), block.data(), d),
                 1e-4 * norm(pr) * norm(xr));
 
