@@ -63,10 +63,13 @@ std::vector<formats::KvCodecInfo> selected_codecs(const std::vector<std::string>
   return out;
 }
 
-nlohmann::json number_or_null(double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(nullptr); }
+// Keys in the documented order (docs/verify.md), not sorted.
+using Json = nlohmann::ordered_json;
 
-nlohmann::json report_json(const verify::Report& report) {
-  nlohmann::json cells = nlohmann::json::array(), codecs = nlohmann::json::array();
+Json number_or_null(double x) { return std::isfinite(x) ? Json(x) : Json(nullptr); }
+
+Json report_json(const verify::Report& report) {
+  Json cells = Json::array(), codecs = Json::array();
   for (const verify::Cell& c : report.cells) {
     cells.push_back({{"codec", c.codec},
                      {"op", std::string(verify::op_name(c.op))},
@@ -76,7 +79,7 @@ nlohmann::json report_json(const verify::Report& report) {
                      {"max_err", number_or_null(c.max_err)}});
   }
   for (const verify::CodecSummary& s : report.codecs) {
-    nlohmann::json mse = nlohmann::json::object();
+    Json mse = Json::object();
     for (const auto& [d, value] : s.mse_unit_gaussian) mse[std::to_string(d)] = number_or_null(value);
     codecs.push_back({{"name", s.name}, {"bits_per_element", s.bits_per_element}, {"mse_unit_gaussian", mse}});
   }
@@ -105,7 +108,7 @@ int run_verify(const VerifyOptions& o) {
   std::vector<std::string> backends = {o.backend};
   if (o.backend == "all") backends = verify::backend_names();
   std::cout << "fixtures: " << dir.string() << "\n";
-  nlohmann::json reports = nlohmann::json::array();
+  Json reports = Json::array();
   bool all_passed = true;
   for (const std::string& name : backends) {
     const std::unique_ptr<verify::Backend> backend = verify::make_backend(name);
