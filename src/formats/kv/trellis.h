@@ -77,7 +77,7 @@ float normalise_sub_block(const float* y, int n, float* u);
 void store_corrected_norm(float norm, const float* values, int n, uint8_t* dst);
 float load_norm(const uint8_t* src);
 
-// The elements of the junction pass: n - W..n-1 then 0..W-1.
+// W of the junction pass, which runs over elements n - W..n-1 then 0..W-1: min(32, n / 2).
 int junction_window(int n);
 
 // The Viterbi search over `count` targets (reference). start_prefix / end_prefix: kFree, or p in
