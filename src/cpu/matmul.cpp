@@ -74,7 +74,7 @@ struct ActivationScratch {
   std::vector<float> scale, scaled_sum32;
   size_t q_capacity = 0;
 
-  QuantizedTokens quantize(const float* x, int64_t n_in, int64_t n_tokens, int group) {
+  QuantizedTokens quantize(const float* x, int64_t n_in, int64_t n_tokens, int group, bool q8_1_sums) {
     const size_t n = size_t(n_in * n_tokens);
     if (n > q_capacity) {
       q = hwy::AllocateAligned<int16_t>(n);
@@ -85,8 +85,19 @@ struct ActivationScratch {
     const size_t n_scales = size_t(n_tokens * (n_in / group)), n_sums = size_t(n_tokens * (n_in / 32));
     scale.assign(n_scales + kActivationPadding, 0.0f);
     scaled_sum32.assign(n_sums + kActivationPadding, 0.0f);
-    HWY_DYNAMIC_DISPATCH(QuantizeTokens)(x, n_in, n_tokens, group, q.get(), scale.data(), scaled_sum32.data());
+    HWY_DYNAMIC_DISPATCH(QuantizeTokens)(x, n_in, n_tokens, group, q8_1_sums, q.get(), scale.data(),
+                                         scaled_sum32.data());
     return QuantizedTokens{group, q.get(), scale.data(), scaled_sum32.data()};
+  }
+
+  std::vector<float> rounded;
+  const float* round_to(TensorType type, const float* x, int64_t n) {
+    rounded.resize(size_t(n));
+    if (type == TensorType::F16)
+      for (int64_t i = 0; i < n; ++i) rounded[i] = formats::f16_to_f32(formats::f32_to_f16(x[i]));
+    else
+      for (int64_t i = 0; i < n; ++i) rounded[i] = formats::bf16_to_f32(formats::f32_to_bf16(x[i]));
+    return rounded.data();
   }
 
   // Buffers for n_tokens packed tokens.
@@ -168,11 +179,15 @@ void matmul_rows(ThreadPool& pool, const MatmulJob& job, int64_t token_begin) {
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
   const size_t row_bytes = checked_row_bytes("matmul", w);
   if (n_tokens <= 0) return;
-  MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, n_tokens, x, {}, y};
   static thread_local ActivationScratch scratch;
+  // ggml multiplies f16 and bf16 weights with activations rounded to the weight's type; so does Sparrow, so
+  // that its logits match llama.cpp's.
+  if (w.type == TensorType::F16 || w.type == TensorType::BF16) x = scratch.round_to(w.type, x, w.n_in * n_tokens);
+  MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, n_tokens, x, {}, y};
   int64_t n_gemm = 0;
   if (const int group = activation_group(w.type); group != 0) {
-    job.xq = scratch.quantize(x, w.n_in, n_tokens, group);
+    const bool q8_1_sums = w.type == TensorType::Q4_1 || w.type == TensorType::Q5_1;
+    job.xq = scratch.quantize(x, w.n_in, n_tokens, group, q8_1_sums);
     const int64_t per_vector = int64_t(HWY_DYNAMIC_DISPATCH(GemmTokensPerVector)());
     const int64_t per_tile = per_vector * kGemmVectorsPerTile;
     if (per_tile > 0 && n_tokens >= per_tile) {

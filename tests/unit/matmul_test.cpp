@@ -106,22 +106,41 @@ double error_bound(const TypeCase& c, const float* w, const float* x, int64_t n_
       rounding += std::fabs(double(w[i])) * amax / 127.0 / 2;
     }
   }
-  if (!c.int8_activations) return double(n_in) * 0x1.0p-23 * abs_dot + 1e-30;
-  return rounding * 1.0001 + 1e-4 * abs_dot + 1e-30;
+  // f16 / bf16 weights see activations rounded to their own type (half an ulp: 2^-11, 2^-8 relative).
+  const double activation_rounding = c.type == TensorType::F16 ? 0x1.0p-11 : c.type == TensorType::BF16 ? 0x1.0p-8 : 0;
+  if (!c.int8_activations) return (double(n_in) * 0x1.0p-23 + activation_rounding) * abs_dot + 1e-30;
+  // The block scale is rounded to f16 on top of the 8-bit steps: 2^-11 of the block's contribution.
+  return rounding * 1.0001 + (1e-4 + 0x1.0p-11) * abs_dot + 1e-30;
 }
 
-// The activations as the 8-bit scheme sees them (llama.cpp's Q8_0 / Q8_K): per group of 32 (legacy weight
-// types) or 256 (K-quants) elements, d = max|x| / 127 and x ~ d * round_half_even(x / d).
-std::vector<float> as_8bit(const std::vector<float>& x, int group) {
+// The activations as llama.cpp's ggml multiplies them (its vec_dot_type), written from ggml's definitions:
+// Q8_0 (legacy weight types, groups of 32): q = round_half_even(x * 127 / max|x|), scale f16(max|x| / 127);
+// Q8_K (K-quants, groups of 256): iscale = 127 / max|x|, q = round_half_even(x * iscale), scale 1 / iscale;
+// f16 and bf16 weights: x rounded to the weight's type.
+std::vector<float> as_ggml_activations(const TypeCase& c, const std::vector<float>& x) {
   std::vector<float> out(x.size());
+  if (c.type == TensorType::F16 || c.type == TensorType::BF16) {
+    for (size_t i = 0; i < x.size(); ++i)
+      out[i] = c.type == TensorType::F16 ? formats::f16_to_f32(formats::f32_to_f16(x[i]))
+                                         : formats::bf16_to_f32(formats::f32_to_bf16(x[i]));
+    return out;
+  }
+  if (!c.int8_activations) return x;
+  const size_t group = c.block_elements == 256 ? 256 : 32;
   for (size_t g = 0; g < x.size(); g += group) {
     float amax = 0;
     for (size_t i = g; i < g + group; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float d = amax / 127.0f, inverse = d != 0.0f ? 1.0f / d : 0.0f;
-    for (size_t i = g; i < g + group; ++i) out[i] = d * std::nearbyint(x[i] * inverse);
+    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
+    const float scale = group == 32 ? formats::f16_to_f32(formats::f32_to_f16(amax / 127.0f))
+                                    : (amax != 0.0f ? 1.0f / inverse : 0.0f);
+    for (size_t i = g; i < g + group; ++i) out[i] = scale * std::nearbyint(x[i] * inverse);
   }
   return out;
 }
+
+// Types with a per-block minimum (Q4_1, Q5_1) add min * f16(d * sum q) in ggml, which differs from
+// min * sum(scale * q) by up to 2^-11 of that term.
+bool has_block_min(TensorType t) { return t == TensorType::Q4_1 || t == TensorType::Q5_1; }
 
 struct Shape {
   int64_t n_in, n_out;
@@ -135,18 +154,24 @@ void check_matmul(const TypeCase& c, Shape s, int64_t n_tokens, ThreadPool& pool
   matmul(pool, WeightMatrix{c.type, bytes.data(), s.n_in, s.n_out}, x.data(), n_tokens, y.data());
   // The kernels' only approximation is the 8-bit activation rounding: against activations rounded the same
   // way, what is left is float accumulation order (1e-5 of sum |w x|).
-  const auto x8 = c.int8_activations ? as_8bit(x, c.block_elements == 256 ? 256 : 32) : x;
+  const auto x8 = as_ggml_activations(c, x);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t o = 0; o < s.n_out; ++o) {
       const float* wr = w.data() + o * s.n_in;
       const float* xt = x.data() + t * s.n_in;
       const float* x8t = x8.data() + t * s.n_in;
-      double want = 0, want8 = 0, abs_dot = 0;
+      double want = 0, want8 = 0, abs_dot = 0, min_terms = 0;
       for (int64_t i = 0; i < s.n_in; ++i) {
         want += double(wr[i]) * xt[i];
         want8 += double(wr[i]) * x8t[i];
         abs_dot += std::fabs(double(wr[i]) * x8t[i]);
       }
+      if (has_block_min(c.type))
+        for (int64_t b = 0; b < s.n_in; b += 32) {
+          double wmax = 0, xsum = 0;
+          for (int64_t i = b; i < b + 32; ++i) wmax = std::max(wmax, std::fabs(double(wr[i]))), xsum += x8t[i];
+          min_terms += wmax * std::fabs(xsum);
+        }
       const double got = y[t * s.n_out + o];
       const auto where = [&] {
         return std::string(c.name) + " n_in=" + std::to_string(s.n_in) + " n_out=" + std::to_string(s.n_out) +
@@ -154,7 +179,8 @@ void check_matmul(const TypeCase& c, Shape s, int64_t n_tokens, ThreadPool& pool
                std::to_string(t) + " row " + std::to_string(o);
       };
       ASSERT_LE(std::fabs(got - want), error_bound(c, wr, xt, s.n_in)) << where() << ": got " << got << ", want " << want;
-      ASSERT_LE(std::fabs(got - want8), 1e-5 * abs_dot + 1e-30) << where() << ": got " << got << ", want " << want8;
+      ASSERT_LE(std::fabs(got - want8), 1e-5 * abs_dot + 0x1.0p-10 * min_terms + 1e-30)
+          << where() << ": got " << got << ", want " << want8;
     }
   }
 }
