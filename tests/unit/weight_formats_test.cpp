@@ -60,6 +60,14 @@ TEST(HalfFloat, EveryBitPatternConvertsToItsExactValue) {
   }
 }
 
+TEST(HalfFloat, RowConversionMatchesScalarConversionOnEveryBitPattern) {
+  std::vector<uint16_t> all(65536);
+  for (uint32_t h = 0; h < 65536; ++h) all[h] = uint16_t(h);
+  std::vector<float> row(65536);
+  dequantize_row(TensorType::F16, all.data(), row.data(), 65536);
+  for (uint32_t h = 0; h < 65536; ++h) ASSERT_EQ(bits_of(row[h]), bits_of(f16_to_f32(uint16_t(h)))) << "h=" << h;
+}
+
 TEST(HalfFloat, RoundTripsAndRoundsHalfwayToEven) {
   for (uint32_t h = 0; h < 65536; ++h) {
     const double v = half_value(uint16_t(h));
