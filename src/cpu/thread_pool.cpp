@@ -1,7 +1,11 @@
-// Workers wait on a generation counter: the caller publishes a loop (function, task count), bumps the
-// generation, and every thread, the caller included, claims tasks from a shared atomic counter until none are
-// left. Decode runs a few hundred short loops per token, so workers spin briefly before sleeping (a futex wait
-// through std::atomic::wait); a sleeping pool costs nothing when the engine is idle.
+// The caller publishes a loop (function, task count) as a "job", wakes the workers, and every thread, the
+// caller included, claims tasks from a shared atomic counter until none are left.
+//
+// A worker takes part only by joining the job while it is open; when the caller has run out of tasks it
+// closes the job and waits just for the workers that joined. So a worker that the OS has not scheduled yet
+// (a busy machine) never delays the loop: it wakes later, finds the job closed, and goes back to waiting.
+// Decode runs a few hundred short loops per token, so waiting threads spin briefly before they sleep (a
+// futex wait through std::atomic::wait); a sleeping pool costs nothing when the engine is idle.
 #include "cpu/thread_pool.h"
 
 #include <algorithm>
@@ -14,7 +18,7 @@
 namespace sparrow::cpu {
 namespace {
 
-// Polls before a waiting thread goes to sleep; about 20-50 microseconds on current x86 cores.
+// Polls before a waiting thread goes to sleep; tens of microseconds on current cores.
 constexpr int kSpinPolls = 1 << 14;
 
 inline void cpu_relax() {
@@ -25,6 +29,12 @@ inline void cpu_relax() {
 #endif
 }
 
+// Job word: generation in the high 32 bits, then an "open" bit, then the number of workers inside.
+constexpr uint64_t kOpen = uint64_t(1) << 31;
+constexpr uint64_t kActiveMask = kOpen - 1;
+constexpr uint64_t job_word(uint32_t generation, bool open) { return (uint64_t(generation) << 32) | (open ? kOpen : 0); }
+constexpr uint32_t generation_of(uint64_t job) { return uint32_t(job >> 32); }
+
 // True while this thread runs a task; a nested parallel_for then runs inline instead of deadlocking.
 thread_local bool t_inside_task = false;
 
@@ -32,9 +42,9 @@ thread_local bool t_inside_task = false;
 
 struct ThreadPool::State {
   std::vector<std::thread> workers;
-  std::atomic<uint64_t> generation{0};  // bumped once per published loop; also the stop signal
+  std::atomic<uint32_t> generation{0};  // bumped per published job; workers sleep on it
+  std::atomic<uint64_t> job{0};          // see job_word
   std::atomic<bool> stopping{false};
-  std::atomic<int> running_workers{0};  // workers still inside the current loop
   std::atomic<int64_t> next_task{0};
   int64_t n_tasks = 0;
   const std::function<void(int64_t, int)>* fn = nullptr;
@@ -57,10 +67,24 @@ struct ThreadPool::State {
     t_inside_task = false;
   }
 
-  void worker_loop(int thread) {
-    uint64_t seen = 0;
+  // Joins the job of `gen` if it is still open; false if it is closed or already replaced.
+  bool join(uint32_t gen) {
+    uint64_t word = job.load(std::memory_order_acquire);
     for (;;) {
-      uint64_t now = generation.load(std::memory_order_acquire);
+      if (generation_of(word) != gen || !(word & kOpen)) return false;
+      if (job.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel)) return true;
+    }
+  }
+
+  void leave() {
+    const uint64_t word = job.fetch_sub(1, std::memory_order_acq_rel) - 1;
+    if ((word & kActiveMask) == 0 && !(word & kOpen)) job.notify_all();
+  }
+
+  void worker_loop(int thread) {
+    uint32_t seen = 0;
+    for (;;) {
+      uint32_t now = generation.load(std::memory_order_acquire);
       for (int i = 0; now == seen && i < kSpinPolls; ++i) {
         cpu_relax();
         now = generation.load(std::memory_order_acquire);
@@ -71,21 +95,28 @@ struct ThreadPool::State {
       }
       seen = now;
       if (stopping.load(std::memory_order_acquire)) return;
-      run_tasks(thread);
-      if (running_workers.fetch_sub(1, std::memory_order_acq_rel) == 1) running_workers.notify_one();
+      if (join(now)) {
+        run_tasks(thread);
+        leave();
+      }
     }
   }
 
-  void wait_for_workers() {
-    int left = running_workers.load(std::memory_order_acquire);
-    for (int i = 0; left != 0 && i < kSpinPolls; ++i) {
+  // Closes the job so that no more workers join, then waits for those inside.
+  void close_and_wait(uint32_t gen) {
+    uint64_t word = job.load(std::memory_order_acquire);
+    while (!job.compare_exchange_weak(word, word & ~kOpen, std::memory_order_acq_rel)) {
+    }
+    word &= ~kOpen;
+    for (int i = 0; (word & kActiveMask) != 0 && i < kSpinPolls; ++i) {
       cpu_relax();
-      left = running_workers.load(std::memory_order_acquire);
+      word = job.load(std::memory_order_acquire);
     }
-    while (left != 0) {
-      running_workers.wait(left, std::memory_order_acquire);
-      left = running_workers.load(std::memory_order_acquire);
+    while ((word & kActiveMask) != 0) {
+      job.wait(word, std::memory_order_acquire);
+      word = job.load(std::memory_order_acquire);
     }
+    (void)gen;
   }
 };
 
@@ -111,15 +142,17 @@ void ThreadPool::parallel_for(int64_t n_tasks, const std::function<void(int64_t 
     return;
   }
   State& s = *state_;
+  // No worker is inside a job here (the previous call waited for them), so the job fields are ours.
+  const uint32_t gen = s.generation.load(std::memory_order_relaxed) + 1;
   s.fn = &fn;
   s.n_tasks = n_tasks;
   s.first_error = nullptr;
   s.next_task.store(0, std::memory_order_relaxed);
-  s.running_workers.store(int(s.workers.size()), std::memory_order_relaxed);
-  s.generation.fetch_add(1, std::memory_order_release);
+  s.job.store(job_word(gen, true), std::memory_order_release);
+  s.generation.store(gen, std::memory_order_release);
   s.generation.notify_all();
   s.run_tasks(0);
-  s.wait_for_workers();
+  s.close_and_wait(gen);
   if (s.first_error) std::rethrow_exception(s.first_error);
 }
 

@@ -305,6 +305,25 @@ TEST(ThreadPool, UsesSeveralThreadsAndPropagatesExceptions) {
   EXPECT_EQ(after.load(), 10);
 }
 
+// Workers that wake late (descheduled on a busy machine) must never run a task of a loop that has already
+// returned: each loop's function checks that its loop is still the current one.
+TEST(ThreadPool, LateWorkersNeverRunAFinishedLoop) {
+  ThreadPool pool(4);  // more threads than this machine may have cores, so some wake late
+  std::atomic<int> current_loop{-1};
+  std::atomic<int> stale_runs{0};
+  for (int loop = 0; loop < 3000; ++loop) {
+    current_loop = loop;
+    std::atomic<int> done{0};
+    const int n_tasks = 1 + loop % 7;
+    pool.parallel_for(n_tasks, [&, loop](int64_t, int) {
+      if (current_loop.load() != loop) stale_runs.fetch_add(1);
+      done.fetch_add(1);
+    });
+    ASSERT_EQ(done.load(), n_tasks) << "loop " << loop;
+  }
+  EXPECT_EQ(stale_runs.load(), 0);
+}
+
 TEST(ThreadPool, NestedLoopsRunInline) {
   ThreadPool pool(2);
   std::atomic<int> inner{0};
