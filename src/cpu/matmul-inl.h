@@ -38,7 +38,15 @@ namespace fmt = sparrow::formats;
 
 
 // int16 lanes, capped at 32 (512 bits): one 32-element block is then one vector on AVX-512, two on AVX2.
+// The kernels step through blocks by MaxLanes, so on scalable targets (SVE, RVV), where the lane count is
+// only known at run time, they use fixed 128-bit vectors.
+#if HWY_HAVE_SCALABLE
+using D16 = hn::FixedTag<int16_t, 8>;
+using DF8 = hn::FixedTag<float, 4>;
+#else
 using D16 = hn::CappedTag<int16_t, 32>;
+using DF8 = hn::CappedTag<float, 8>;  // block scales, 8 at a time
+#endif
 using DU16 = hn::RebindToUnsigned<D16>;
 using D32 = hn::Repartition<int32_t, D16>;
 using DF = hn::Rebind<float, D32>;
@@ -262,8 +270,8 @@ struct Legacy<TensorType::Q5_1> {
 // lane (a gather is slow on some cores, and a vector load of values just stored one by one stalls on store
 // forwarding) and converted together.
 template <class Block, class Field>
-HWY_INLINE hn::Vec<hn::CappedTag<float, 8>> BlockHalvesToFloat(const Block* blocks, int n_left, Field field) {
-  const hn::CappedTag<float, 8> df;
+HWY_INLINE hn::Vec<DF8> BlockHalvesToFloat(const Block* blocks, int n_left, Field field) {
+  const DF8 df;
   const hn::Rebind<uint16_t, decltype(df)> du16;
   auto bits = hn::Zero(du16);
   // Literal lane indices, so that InsertLane becomes one insert instruction.
@@ -284,7 +292,7 @@ HWY_INLINE void PrepareLegacyChunk(const typename Legacy<kType>::Block* blocks, 
   using L = Legacy<kType>;
   using Block = typename L::Block;
   constexpr bool kOffsetTerm = L::kHasMin || L::kOffset != 0;
-  const hn::CappedTag<float, 8> df;
+  const DF8 df;
   const int N = int(hn::Lanes(df));
   decltype(hn::Zero(df)) offset_sum[T];
   for (int t = 0; t < T; ++t) offset_sum[t] = hn::Zero(df);
