@@ -1,17 +1,21 @@
 // Per-target matmul kernels, compiled once per SIMD target through hwy/foreach_target.h (see matmul.cpp).
 //
-// Quantized weights are multiplied with 8-bit activations (QuantizedTokens) in integers: a weight block is
-// unpacked once into int16 lanes and multiplied with a tile of up to kTile tokens, pairs of int16 products
-// summed into int32 (ReorderWidenMulAccumulate: one pmaddwd on x86). Everything that is per block rather
-// than per element is hoisted out of the inner loop and done for a chunk of blocks at once:
-//  - block scales: f16 -> float, times the token's activation scale, one float per (token, block);
-//  - constant offsets (the -8 of Q4_0, -16 of Q5_0, the mins of Q4_1/Q5_1/Q4_K/Q5_K): since
-//    sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, they become one float dot product per token between
-//    per-block offsets and the activations' per-32 sums.
-// K-quant sub-block scales are multiplied into the int16 weights (|q * scale| <= 4096), so a 256-element
-// super-block is summed in integers and converted to float once. Float weights use a float dot product.
+// Quantized weights are multiplied with 8-bit activations (QuantizedTokens, like llama.cpp's Q8_0 / Q8_K) in
+// integers: weights are unpacked into int16 lanes and pairs of int16 products summed into int32
+// (ReorderWidenMulAccumulate: one pmaddwd on x86). Two drivers:
+//  - few tokens (decode): a micro-kernel of kRows rows x up to kTile tokens walks each row once; a block is
+//    unpacked once for all tokens of the tile, an activation vector loaded once for all rows;
+//  - prompts: a GEMM with tokens in the vector lanes (see "Prompt processing" below), each row unpacked once
+//    per task and used for every token.
+// What is per block rather than per element is done apart from the inner loops: block scales (f16 -> float
+// times the activation scale), and constant offsets (-8 of Q4_0, -16 of Q5_0, the mins of Q4_1, Q5_1, Q4_K,
+// Q5_K), which, as sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, become a float dot product with the
+// activations' per-32 sums. K-quant sub-block scales are multiplied into the int16 weights
+// (|q * scale| <= 4096), so a 256-element super-block is summed in integers and converted to float once.
+// Float weights (f32, f16, bf16) use a float dot product.
 //
-// Element order is natural everywhere: lane i of the vector for elements [k, k + N) holds element k + i.
+// Element order is natural in the row kernels: lane i of the vector for elements [k, k + N) holds element
+// k + i.
 #if defined(SPARROW_CPU_MATMUL_INL_H_) == defined(HWY_TARGET_TOGGLE)
 #ifdef SPARROW_CPU_MATMUL_INL_H_
 #undef SPARROW_CPU_MATMUL_INL_H_
@@ -147,56 +151,10 @@ HWY_INLINE float DotFloats(const float* a, const float* b, int n) {
   return sum;
 }
 
-HWY_INLINE void MulFloats(const float* a, const float* b, float* out, int n) {
-  const hn::ScalableTag<float> df;
-  const int N = int(hn::Lanes(df));
-  int i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, a + i), hn::LoadU(df, b + i)), df, out + i);
-  for (; i < n; ++i) out[i] = a[i] * b[i];
-}
-
-// Float accumulators of R rows x T tokens, index r * T + t. With fewer than 4 (row, token) pairs there are
-// two sets, alternated between consecutive blocks, so that a block does not wait for the previous block's
-// FMA; from 4 pairs on, their independent chains overlap anyway. Nothing here may have its address taken
-// (no pointer into the struct escapes), so that the compiler keeps the accumulators in registers.
-template <int R, int T>
-struct TileAccumulators {
-  static constexpr int kPairs = R * T;
-  static constexpr int kSets = kPairs >= 4 ? 1 : 2;
-  VF acc[kSets][kPairs];
-  HWY_INLINE TileAccumulators() {
-    for (int p = 0; p < kPairs; ++p) {
-      for (int set = 0; set < kSets; ++set) acc[set][p] = hn::Zero(DF());
-    }
-  }
-  // out[r * T + t] = sum of the lanes + offset[r * T + t]
-  HWY_INLINE void Store(const float* offset, float* out) const {
-    for (int p = 0; p < kPairs; ++p) {
-      VF sum = acc[0][p];
-      if constexpr (kSets == 2) sum = hn::Add(sum, acc[1][p]);
-      out[p] = hn::GetLane(hn::SumOfLanes(DF(), sum)) + offset[p];
-    }
-  }
-};
-
-// Block bodies are lambdas; they must be inlined as early as the HWY_INLINE helpers, or the accumulators they
-// update stay in memory.
-#ifndef SPARROW_ALWAYS_INLINE
-#define SPARROW_ALWAYS_INLINE __attribute__((always_inline))
-#endif
-
-// Runs body(b, acc) for b in [0, n), alternating between the accumulator sets with the set known at compile
-// time (an indexed accumulator would live in memory).
-template <int R, int T, class Body>
-HWY_INLINE void ForBlocks(int n, TileAccumulators<R, T>& tile, const Body& body) {
-  int b = 0;
-  if constexpr (TileAccumulators<R, T>::kSets == 2) {
-    for (; b + 2 <= n; b += 2) {
-      body(b, tile.acc[0]);
-      body(b + 1, tile.acc[1]);
-    }
-  }
-  for (; b < n; ++b) body(b, tile.acc[0]);
+// out[p] = sum of the lanes of total[p] + offset[p], for the R x T (row, token) pairs p = r * T + t.
+template <int P>
+HWY_INLINE void StoreSums(const VF* total, const float* offset, float* out) {
+  for (int p = 0; p < P; ++p) out[p] = hn::GetLane(hn::SumOfLanes(DF(), total[p])) + offset[p];
 }
 
 // acc += float(isum) * scale
@@ -324,7 +282,10 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
   const Block* blocks[R];
   for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
   const int64_t nb = n_in / 32;
-  TileAccumulators<R, T> tile;
+  // Accumulators are plain local arrays with constant indices after unrolling (no lambda, no pointer into
+  // them escapes), so that they live in registers; the same holds in the K-quant kernels.
+  VF total[R * T];
+  for (int p = 0; p < R * T; ++p) total[p] = hn::Zero(DF());
   float offset[R * T] = {};
   HWY_ALIGN float dd[R][T][kChunkBlocks32];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
@@ -346,9 +307,9 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
         for (int r = 0; r < R; ++r) acc[r * T + t] = ScaledAdd(hn::Add(sum0[r], sum1[r]), dd[r][t][b], acc[r * T + t]);
       }
     }
-    for (int p = 0; p < R * T; ++p) tile.acc[0][p] = hn::Add(tile.acc[0][p], acc[p]);
+    for (int p = 0; p < R * T; ++p) total[p] = hn::Add(total[p], acc[p]);
   }
-  tile.Store(offset, out);
+  StoreSums<R * T>(total, offset, out);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -461,14 +422,15 @@ HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const Toke
   const Block* blocks[R];
   for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
   const int64_t nb = n_in / fmt::QK_K;
-  TileAccumulators<R, T> tile;
+  VF total[R * T];
+  for (int p = 0; p < R * T; ++p) total[p] = hn::Zero(DF());
   float offset[R * T] = {};
   HWY_ALIGN float dd[R][T][kChunkSuper];
   int16_t scales[R][kChunkSub32];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
     const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
     for (int r = 0; r < R; ++r) PrepareQ45KChunk<Block, T>(blocks[r], n, x, c0, scales[r], dd[r], offset + r * T);
-    ForBlocks<R, T>(n, tile, [&](int b, VF* acc) HWY_ATTR SPARROW_ALWAYS_INLINE {
+    for (int b = 0; b < n; ++b) {
       const uint8_t* qs[R];
       const uint8_t* qh[R];
       const int16_t* sc[R];
@@ -487,11 +449,11 @@ HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const Toke
         DotChunkQ45K<kFive, R, T>(qs, qh, chunk, sc, x, (c0 + b) * fmt::QK_K, isum);
       }
       for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) acc[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], acc[r * T + t]);
+        for (int t = 0; t < T; ++t) total[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], total[r * T + t]);
       }
-    });
+    }
   }
-  tile.Store(offset, out);
+  StoreSums<R * T>(total, offset, out);
 }
 
 // Q6_K: within each half of 128 elements, element 32k + l (k 0..3) is nibble (k >= 2) of ql[l + 32(k & 1)]
@@ -517,8 +479,9 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
   const fmt::BlockQ6_K* blocks[R];
   for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const fmt::BlockQ6_K*>(rows[r]);
   const int64_t nb = n_in / fmt::QK_K;
-  TileAccumulators<R, T> tile;
-  float offset[R * T] = {};
+  VF total[R * T];
+  for (int p = 0; p < R * T; ++p) total[p] = hn::Zero(DF());
+  const float offset[R * T] = {};
   HWY_ALIGN float d_w[kChunkSuper], dd[R][T][kChunkSuper];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
     const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
@@ -528,7 +491,7 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
         for (int b = 0; b < n; ++b) dd[r][t][b] = d_w[b] * x[t].scale[c0 + b];  // scalar: see PrepareLegacyChunk
       }
     }
-    ForBlocks<R, T>(n, tile, [&](int b, VF* acc) HWY_ATTR SPARROW_ALWAYS_INLINE {
+    for (int b = 0; b < n; ++b) {
       V32 isum[R * T];
       for (int p = 0; p < R * T; ++p) isum[p] = hn::Zero(D32());
       HWY_UNROLL(1)
@@ -551,11 +514,11 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
         }
       }
       for (int r = 0; r < R; ++r) {
-        for (int t = 0; t < T; ++t) acc[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], acc[r * T + t]);
+        for (int t = 0; t < T; ++t) total[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], total[r * T + t]);
       }
-    });
+    }
   }
-  tile.Store(offset, out);
+  StoreSums<R * T>(total, offset, out);
 }
 
 // ---------------------------------------------------------------------------------------------------------
