@@ -770,15 +770,26 @@ HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, con
     const int16_t* xg[V];
     for (int v = 0; v < V; ++v) xg[v] = xq[v] + g * kGroup * NT;
     const int64_t w0 = g * kGroup;
-    HWY_UNROLL(2)
-    for (int p = 0; p < kGroup / 2; ++p) {  // a fixed count: unrolled without a remainder loop
-      V16 xv[V];
-      for (int v = 0; v < V; ++v) xv[v] = hn::LoadU(d16, xg[v] + p * 2 * NT);
+    // Two element pairs per step, their products added together before they join the running sums: one
+    // loop-carried add per accumulator per step (GCC otherwise copies every accumulator each iteration).
+    for (int p = 0; p < kGroup / 2; p += 2) {
+      V16 x0[V], x1[V];
+      for (int v = 0; v < V; ++v) {
+        x0[v] = hn::LoadU(d16, xg[v] + p * 2 * NT);
+        x1[v] = hn::LoadU(d16, xg[v] + (p + 1) * 2 * NT);
+      }
       for (int r = 0; r < R; ++r) {
-        int32_t pair;
-        std::memcpy(&pair, w[r] + w0 + 2 * p, 4);
-        const V16 wb = hn::BitCast(d16, hn::Set(d32, pair));
-        for (int v = 0; v < V; ++v) MulPairsAccumulate(xv[v], wb, sum0[r][v], sum1[r][v]);
+        int32_t pair0, pair1;
+        std::memcpy(&pair0, w[r] + w0 + 2 * p, 4);
+        std::memcpy(&pair1, w[r] + w0 + 2 * p + 2, 4);
+        const V16 wb0 = hn::BitCast(d16, hn::Set(d32, pair0)), wb1 = hn::BitCast(d16, hn::Set(d32, pair1));
+        for (int v = 0; v < V; ++v) {
+          V32 upper0 = hn::Zero(d32), upper1 = hn::Zero(d32);
+          const V32 lower0 = hn::ReorderWidenMulAccumulate(d32, x0[v], wb0, hn::Zero(d32), upper0);
+          const V32 lower1 = hn::ReorderWidenMulAccumulate(d32, x1[v], wb1, hn::Zero(d32), upper1);
+          sum0[r][v] = hn::Add(sum0[r][v], hn::Add(lower0, lower1));
+          sum1[r][v] = hn::Add(sum1[r][v], hn::Add(upper0, upper1));
+        }
       }
     }
     for (int v = 0; v < V; ++v) {
