@@ -1,11 +1,13 @@
 // CPU matmul, get_rows and the thread pool, against slow references written here: dequantize_row followed
 // by a double-precision dot product.
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -288,14 +290,17 @@ TEST(ThreadPool, RunsEveryTaskExactlyOnceOnValidThreads) {
 TEST(ThreadPool, UsesSeveralThreadsAndPropagatesExceptions) {
   ThreadPool pool(2);
   std::atomic<int> per_thread[2] = {0, 0};
-  // Tasks that take a while, so the worker certainly claims some.
+  // The caller may finish a loop alone when the worker is not scheduled in time (by design), so the first
+  // task on the caller's thread holds it until the worker has run a task (or 10 s pass).
   pool.parallel_for(64, [&](int64_t, int thread) {
-    volatile double sink = 0;
-    for (int i = 0; i < 20000; ++i) sink = sink + std::sqrt(double(i));
     per_thread[thread].fetch_add(1);
+    if (thread == 0 && per_thread[0].load() == 1) {
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (per_thread[1].load() == 0 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+    }
   });
   EXPECT_EQ(per_thread[0] + per_thread[1], 64);
-  EXPECT_GT(per_thread[1].load(), 0);
+  EXPECT_GT(per_thread[1].load(), 0) << "the worker thread never ran a task";
   EXPECT_THROW(pool.parallel_for(10, [](int64_t task, int) {
     if (task == 3) throw std::runtime_error("task 3 failed");
   }),
