@@ -74,7 +74,9 @@ struct ActivationScratch {
   std::vector<float> scale, scaled_sum32;
   size_t q_capacity = 0;
 
-  QuantizedTokens quantize(const float* x, int64_t n_in, int64_t n_tokens, int group, bool q8_1_sums) {
+  // Prompts are quantized in parallel, in chunks of tokens.
+  QuantizedTokens quantize(ThreadPool& pool, const float* x, int64_t n_in, int64_t n_tokens, int group,
+                           bool q8_1_sums) {
     const size_t n = size_t(n_in * n_tokens);
     if (n > q_capacity) {
       q = hwy::AllocateAligned<int16_t>(n);
@@ -85,8 +87,14 @@ struct ActivationScratch {
     const size_t n_scales = size_t(n_tokens * (n_in / group)), n_sums = size_t(n_tokens * (n_in / 32));
     scale.assign(n_scales + kActivationPadding, 0.0f);
     scaled_sum32.assign(n_sums + kActivationPadding, 0.0f);
-    HWY_DYNAMIC_DISPATCH(QuantizeTokens)(x, n_in, n_tokens, group, q8_1_sums, q.get(), scale.data(),
-                                         scaled_sum32.data());
+    const auto quantize_tokens = HWY_DYNAMIC_DISPATCH(QuantizeTokens);
+    const int64_t groups = n_in / group, sums = n_in / 32;
+    const int64_t chunk = std::max<int64_t>(1, 16384 / n_in);  // tokens per task: ~64 KiB of floats
+    pool.parallel_for((n_tokens + chunk - 1) / chunk, [&](int64_t task, int) {
+      const int64_t t0 = task * chunk, n = std::min(chunk, n_tokens - t0);
+      quantize_tokens(x + t0 * n_in, n_in, n, group, q8_1_sums, q.get() + t0 * n_in, scale.data() + t0 * groups,
+                      scaled_sum32.data() + t0 * sums);
+    });
     return QuantizedTokens{group, q.get(), scale.data(), scaled_sum32.data()};
   }
 
@@ -149,7 +157,9 @@ void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vect
   const int64_t vectors_per_task =
       std::max<int64_t>(kGemmVectorsPerTile, (256 * 1024 / vector_bytes) / kGemmVectorsPerTile * kGemmVectorsPerTile);
   const int64_t token_tasks = (n_vectors + vectors_per_task - 1) / vectors_per_task;
-  const int64_t row_step = rows_per_task(job.n_out, pool.size() * 2 / int(std::min<int64_t>(token_tasks, 2)));
+  // About 8 tasks per thread in all; row chunks a multiple of 4 rows (the GEMM's row block on AVX-512).
+  const int64_t row_chunks = std::max<int64_t>(1, (8 * pool.size() + token_tasks - 1) / token_tasks);
+  const int64_t row_step = std::max<int64_t>(4, ((job.n_out + row_chunks - 1) / row_chunks + 3) / 4 * 4);
   const int64_t row_tasks = (job.n_out + row_step - 1) / row_step;
   const auto gemm = HWY_DYNAMIC_DISPATCH(GemmRows);
   pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
@@ -187,7 +197,7 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_t
   int64_t n_gemm = 0;
   if (const int group = activation_group(w.type); group != 0) {
     const bool q8_1_sums = w.type == TensorType::Q4_1 || w.type == TensorType::Q5_1;
-    job.xq = scratch.quantize(x, w.n_in, n_tokens, group, q8_1_sums);
+    job.xq = scratch.quantize(pool, x, w.n_in, n_tokens, group, q8_1_sums);
     const int64_t per_vector = int64_t(HWY_DYNAMIC_DISPATCH(GemmTokensPerVector)());
     const int64_t per_tile = per_vector * kGemmVectorsPerTile;
     if (per_tile > 0 && n_tokens >= per_tile) {
