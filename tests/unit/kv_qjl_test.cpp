@@ -12,7 +12,7 @@
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/qjl.h"
 #include "formats/kv/turboquant.h"
-#include "kv_sketch_test_util.h"
+#include "kv_codec_test_util.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -21,7 +21,7 @@ namespace {
 using formats::KvCodecInfo;
 using formats::KvCodecOps;
 using formats::SeededRandom;
-using namespace kv_sketch_test;
+using namespace kv_codec_test;
 namespace qjl = formats::qjl;
 
 // ---------------------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include "formats/kv/seeded_random.h"
 #include "formats/kv/trellis.h"
 #include "formats/weight_formats.h"
+#include "kv_codec_test_util.h"
 #include "util/error.h"
 
 namespace sparrow::formats {
@@ -36,35 +37,12 @@ std::vector<Codec> codecs() {
           {tcq3_codec(), cpu::tcq3_ops(), tcq::tcq3_trellis(), 0.0340, 0.0199}};
 }
 
-constexpr int kHeadDims[] = {64, 128, 256, 512};
+using kv_codec_test::kHeadDims;
 
-std::vector<float> gaussian(SeededRandom& rng, int d) {
-  std::vector<float> x(d);
-  for (float& v : x) v = float(rng.normal());
-  return x;
-}
-
-// Student-t entries (4 degrees of freedom) plus four outlier channels 20x larger: the shape of real K/V heads.
-std::vector<float> heavy_tailed(SeededRandom& rng, int d) {
-  std::vector<float> x(d);
-  for (float& v : x) {
-    double chi2 = 0;
-    for (int k = 0; k < 4; ++k) {
-      const double z = rng.normal();
-      chi2 += z * z;
-    }
-    v = float(rng.normal() / std::sqrt(chi2 / 4));
-  }
-  for (int c : {3, 17, 40, 61}) x[c] *= 20;
-  return x;
-}
-
-double dot(const float* a, const float* b, int n) {
-  double s = 0;
-  for (int i = 0; i < n; ++i) s += double(a[i]) * b[i];
-  return s;
-}
-double norm(const std::vector<float>& x) { return std::sqrt(dot(x.data(), x.data(), int(x.size()))); }
+using kv_codec_test::dot;
+using kv_codec_test::gaussian;
+using kv_codec_test::heavy_tailed;
+using kv_codec_test::norm;
 
 std::vector<uint8_t> encode(const Codec& c, const KvCodecOps& ops, const std::vector<float>& x) {
   std::vector<uint8_t> block(c.info.block_bytes(int(x.size())));

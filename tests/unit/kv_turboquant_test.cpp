@@ -16,7 +16,7 @@
 #include "formats/kv/qjl.h"
 #include "formats/kv/rotation.h"
 #include "formats/kv/turboquant.h"
-#include "kv_sketch_test_util.h"
+#include "kv_codec_test_util.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -26,7 +26,7 @@ using formats::KvCodecInfo;
 using formats::KvCodecOps;
 using formats::LloydMaxCodebook;
 using formats::SeededRandom;
-using namespace kv_sketch_test;
+using namespace kv_codec_test;
 
 struct TbqCodec {
   const KvCodecInfo& (*info)();
@@ -236,20 +236,9 @@ TEST(KvTurboQuant, CodePackingIsTheDocumentedLayout) {
 // ---------------------------------------------------------------------------------------------------------
 // MSE.
 
-// A head vector with heavy tails: Student-t (4 degrees of freedom) entries plus four outlier channels 20x
-// larger, at fixed positions as in real K caches.
-std::vector<float> heavy_tailed(SeededRandom& rng, int d) {
-  std::vector<float> x(d);
-  for (float& v : x) {
-    double chi2 = 0;
-    for (int k = 0; k < 4; ++k) {
-      const double z = rng.normal();
-      chi2 += z * z;
-    }
-    v = float(rng.normal() / std::sqrt(chi2 / 4));
-  }
-  for (int channel : {1, d / 3, d / 2 + 5, d - 2}) x[channel] *= 20.0f;
-  return x;
+// Heavy-tailed head vectors with outliers spread over the head (first, a third, past the middle, last).
+std::vector<float> heavy_tailed_spread(SeededRandom& rng, int d) {
+  return kv_codec_test::heavy_tailed(rng, d, {1, d / 3, d / 2 + 5, d - 2});
 }
 
 // Mean of ||x - x^||^2 / ||x||^2 over vectors of d * count = 2^18 elements in all.
@@ -258,7 +247,7 @@ double relative_mse(const KvCodecInfo& info, int d, bool heavy, uint64_t seed) {
   const int count = (1 << 18) / d;
   double sum = 0;
   for (int t = 0; t < count; ++t) {
-    const std::vector<float> x = heavy ? heavy_tailed(rng, d) : gaussian(rng, d);
+    const std::vector<float> x = heavy ? heavy_tailed_spread(rng, d) : gaussian(rng, d);
     const std::vector<float> xh = decode(*info.reference, encode(info, *info.reference, x), d);
     double err = 0;
     for (int i = 0; i < d; ++i) err += double(x[i] - xh[i]) * (x[i] - xh[i]);
@@ -485,7 +474,7 @@ void expect_optimized_matches_reference(const TbqCodec& c, int d, uint64_t seed)
   const KvCodecOps &ref = *info.reference, &opt = c.optimized();
   SeededRandom rng(seed);
   for (int t = 0; t < 12; ++t) {
-    const std::vector<float> x = t % 2 ? gaussian(rng, d) : heavy_tailed(rng, d), q = gaussian(rng, d);
+    const std::vector<float> x = t % 2 ? gaussian(rng, d) : heavy_tailed_spread(rng, d), q = gaussian(rng, d);
     const std::vector<uint8_t> block = encode(info, ref, x);
     expect_encodes_agree(c, x, block, encode(info, opt, x));
 

@@ -1,6 +1,6 @@
 #pragma once
-// Shared helpers of the TurboQuant and QJL codec tests (kv_turboquant_test.cpp, kv_qjl_test.cpp): random
-// vectors, the identities every codec must satisfy, and a loop over the compiled SIMD targets.
+// Shared helpers of the KV codec tests: random vectors (Gaussian and heavy-tailed), the identities every codec
+// must satisfy, and a loop over the compiled SIMD targets.
 #include <gtest/gtest.h>
 
 #include <hwy/targets.h>
@@ -8,18 +8,35 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <vector>
 
 #include "formats/kv/kv_codec.h"
 #include "formats/kv/seeded_random.h"
 
-namespace sparrow::kv_sketch_test {
+namespace sparrow::kv_codec_test {
 
 inline constexpr int kHeadDims[] = {64, 128, 256, 512};
 
 inline std::vector<float> gaussian(formats::SeededRandom& rng, int d) {
   std::vector<float> x(d);
   for (float& v : x) v = float(rng.normal());
+  return x;
+}
+
+// Student-t entries (4 degrees of freedom) plus outlier channels 20x larger: the shape of real K/V heads.
+inline std::vector<float> heavy_tailed(formats::SeededRandom& rng, int d,
+                                       std::initializer_list<int> outlier_channels = {3, 17, 40, 61}) {
+  std::vector<float> x(d);
+  for (float& v : x) {
+    double chi2 = 0;
+    for (int k = 0; k < 4; ++k) {
+      const double z = rng.normal();
+      chi2 += z * z;
+    }
+    v = float(rng.normal() / std::sqrt(chi2 / 4));
+  }
+  for (int c : outlier_channels) x[c] *= 20.0f;
   return x;
 }
 
@@ -106,4 +123,4 @@ struct ErrorStats {
   double standard_error() const { return std::sqrt((sum_sq / count - mean() * mean()) / count); }
 };
 
-}  // namespace sparrow::kv_sketch_test
+}  // namespace sparrow::kv_codec_test
