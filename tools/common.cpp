@@ -17,8 +17,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-t,--threads", o.threads, "worker threads (0: all cores)");
   cmd.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (0: min(training context, 4096))");
   cmd.add_option("-b,--batch-size", o.n_batch, "tokens per forward pass during prompt processing");
-  cmd.add_option("--cache-type-k", o.cache_type_k, "KV cache type for K (-ctk): f16, f32");
-  cmd.add_option("--cache-type-v", o.cache_type_v, "KV cache type for V (-ctv): f16, f32");
+  cmd.add_option("--cache-type-k", o.cache_type_k,
+                 "KV cache codec for K (-ctk): f16, f32, bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3, qjl, polar4");
+  cmd.add_option("--cache-type-v", o.cache_type_v, "KV cache codec for V (-ctv): as -ctk, except qjl");
+  cmd.add_option("--kv-layers", o.kv_layers, "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" (layers:K/V)");
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -88,10 +90,10 @@ Context::Context(sparrow_model* model, const ModelOptions& o) {
   p.n_batch = o.n_batch;
   p.cache_type_k = o.cache_type_k.c_str();
   p.cache_type_v = o.cache_type_v.c_str();
+  p.kv_layers = o.kv_layers.c_str();
   ctx = sparrow_context_new(model, p);
   if (!ctx) throw Error(sparrow_last_error());
-  std::cerr << "context: " << sparrow_context_n_ctx(ctx) << " tokens, KV cache " << o.cache_type_k << "/"
-            << o.cache_type_v << " " << (sparrow_context_kv_bytes(ctx) >> 10) << " KiB\n";
+  std::cerr << sparrow_context_kv_summary(ctx);
 }
 Context::~Context() { sparrow_context_free(ctx); }
 

@@ -16,6 +16,7 @@ struct ModelOptions {
   int32_t n_batch = 512;
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
+  std::string kv_layers;  // --kv-layers "0-3:q8_0/tbq4"
 };
 
 struct SamplingOptions {

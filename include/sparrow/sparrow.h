@@ -50,8 +50,11 @@ typedef struct sparrow_context_params {
   int32_t n_ctx;          /* tokens the KV cache holds; 0: min(model's training context, 4096) */
   int32_t n_threads;      /* 0: all cores */
   int32_t n_batch;        /* tokens per forward pass during prefill; 0: 512 */
-  const char* cache_type_k; /* "f32" or "f16" (default "f16") */
-  const char* cache_type_v;
+  const char* cache_type_k; /* KV codec for K: f32, f16, bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3, qjl,
+                               polar4 (default "f16"; `sparrow verify` lists them) */
+  const char* cache_type_v; /* KV codec for V: the same list except qjl (keys only) */
+  const char* kv_layers;    /* per-layer overrides, e.g. "0-3:q8_0/tbq4,7:f16" (layers:K/V, or layers:C for both);
+                               NULL or "": none */
 } sparrow_context_params;
 
 sparrow_context_params sparrow_context_default_params(void);
@@ -63,6 +66,12 @@ int32_t sparrow_context_n_past(const sparrow_context* ctx);
 void sparrow_context_reset(sparrow_context* ctx);
 /* Bytes of KV cache this context holds, for all layers. */
 size_t sparrow_context_kv_bytes(const sparrow_context* ctx);
+/* Several lines: per layer kind (sliding, global, shared) the codecs, KV bytes per token and the total for the
+ * context. Owned by ctx. */
+const char* sparrow_context_kv_summary(const sparrow_context* ctx);
+/* Forgets the tokens after the first n_past (going back at most n_batch tokens from the furthest position
+ * decoded since the last reset, so sliding-window rings still hold what the next token sees). Returns 0, or -1. */
+int sparrow_context_truncate(sparrow_context* ctx, int32_t n_past);
 
 /* Appends n tokens at the current position and runs the model. With all_logits, logits for every one of the
  * n positions are kept; otherwise only for the last. Returns 0, or -1 (context full, bad token id, ...). */

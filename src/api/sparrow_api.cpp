@@ -17,6 +17,7 @@ struct sparrow_model {
 };
 struct sparrow_context {
   std::unique_ptr<sparrow::Session> session;
+  std::string kv_summary;
 };
 struct sparrow_sampler {
   sparrow::Sampler sampler;
@@ -110,6 +111,7 @@ sparrow_context_params sparrow_context_default_params(void) {
   p.n_batch = 512;
   p.cache_type_k = "f16";
   p.cache_type_v = "f16";
+  p.kv_layers = nullptr;
   return p;
 }
 
@@ -119,10 +121,12 @@ sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_param
     o.n_ctx = params.n_ctx;
     o.n_threads = params.n_threads;
     o.n_batch = params.n_batch;
-    o.type_k = sparrow::parse_kv_type(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k");
-    o.type_v = sparrow::parse_kv_type(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v");
+    o.type_k = sparrow::parse_kv_codec_option(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k", false);
+    o.type_v = sparrow::parse_kv_codec_option(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v", true);
+    if (params.kv_layers) o.kv_layers = sparrow::parse_kv_layers(params.kv_layers);
     auto ctx = std::make_unique<sparrow_context>();
     ctx->session = std::make_unique<sparrow::Session>(*model->model, o);
+    ctx->kv_summary = ctx->session->cache().summary();
     return ctx.release();
   });
 }
@@ -132,6 +136,13 @@ int32_t sparrow_context_n_ctx(const sparrow_context* ctx) { return ctx->session-
 int32_t sparrow_context_n_past(const sparrow_context* ctx) { return ctx->session->n_past(); }
 void sparrow_context_reset(sparrow_context* ctx) { ctx->session->reset(); }
 size_t sparrow_context_kv_bytes(const sparrow_context* ctx) { return ctx->session->cache().bytes(); }
+const char* sparrow_context_kv_summary(const sparrow_context* ctx) { return ctx->kv_summary.c_str(); }
+int sparrow_context_truncate(sparrow_context* ctx, int32_t n_past) {
+  return guarded<int>(-1, [&] {
+    ctx->session->truncate(n_past);
+    return 0;
+  });
+}
 
 int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n, int all_logits) {
   return guarded<int>(-1, [&] {

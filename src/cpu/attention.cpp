@@ -1,52 +1,87 @@
-// Attention over the KV cache on the CPU. Work is split into (KV head, tile of query tokens) tasks; a task
-// walks the visible keys once, converting each K and V row to float once for all of its query rows (every
-// query head of the GQA group times every token of the tile), and keeps an online softmax per row
-// (Milakov & Gimelshein 2018): no score matrix, no decoded copy of the cache. Vector loops through Highway.
+// Fused attention over the compressed KV cache on the CPU (flash attention: online softmax, no score matrix, no
+// decoded copy of the cache). Every codec's score and accumulate are linear in one basis row per block
+// (formats/kv/kv_codec.h), so a task expands a block of kKeyBlock keys into K rows once, scores every query row
+// that sees them against those rows, then expands the values once and folds them into each row's accumulator,
+// all in the codecs' own bases: queries are prepared (rotated, sketched) once per call and each output row
+// leaves the V basis once, at the end. The codec enters as the batched expand function of its K and V
+// (cpu/kv/cpu_kv_codecs.h), inside which the codec is a compile-time parameter.
+//
+// Work is split into (KV head, tile of query tokens, key range) tasks. Prefill has many tiles and each task
+// covers its tiles' whole key range; decode (one token) has one tile per KV head, so its key range is split
+// across the threads and the partial softmax states are merged at the end.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/attention.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
-
-#include "formats/weight_formats.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-float Dot(const float* a, const float* b, int32_t n) {
-  const hn::ScalableTag<float> d;
+// scores[j] = <q, rows[j]> for j < n, rows `len` floats apart (len a multiple of 16: head dims are 64..512).
+void ScoreRows(const float* q, const float* rows, int32_t n, int32_t len, float* scores) {
+  const hn::CappedTag<float, 16> d;
   const int32_t N = int32_t(hn::Lanes(d));
-  auto acc0 = hn::Zero(d), acc1 = hn::Zero(d);
-  int32_t i = 0;
-  for (; i + 2 * N <= n; i += 2 * N) {
-    acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(d, a + i + N), hn::LoadU(d, b + i + N), acc1);
+  for (int32_t j = 0; j < n; ++j) {
+    const float* x = rows + int64_t(j) * len;
+    auto s0 = hn::Zero(d), s1 = hn::Zero(d);
+    int32_t i = 0;
+    for (; i + 2 * N <= len; i += 2 * N) {
+      s0 = hn::MulAdd(hn::LoadU(d, q + i), hn::LoadU(d, x + i), s0);
+      s1 = hn::MulAdd(hn::LoadU(d, q + i + N), hn::LoadU(d, x + i + N), s1);
+    }
+    for (; i < len; i += N) s0 = hn::MulAdd(hn::LoadU(d, q + i), hn::LoadU(d, x + i), s0);
+    scores[j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
   }
-  for (; i + N <= n; i += N) acc0 = hn::MulAdd(hn::LoadU(d, a + i), hn::LoadU(d, b + i), acc0);
-  float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) s += a[i] * b[i];
-  return s;
 }
 
-// y = y * scale + w * x
-void ScaleAdd(float* y, float scale, float w, const float* x, int32_t n) {
-  const hn::ScalableTag<float> d;
+// p[j] = exp(p[j] - max) in place for j < n (n a multiple of the lane count or not); returns the sum.
+float ExpShifted(float* p, int32_t n, float max) {
+  const hn::CappedTag<float, 16> d;
   const int32_t N = int32_t(hn::Lanes(d));
-  const auto vs = hn::Set(d, scale), vw = hn::Set(d, w);
-  int32_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::MulAdd(vw, hn::LoadU(d, x + i), hn::Mul(vs, hn::LoadU(d, y + i))), d, y + i);
-  for (; i < n; ++i) y[i] = y[i] * scale + w * x[i];
+  const auto vmax = hn::Set(d, max);
+  auto sum = hn::Zero(d);
+  int32_t j = 0;
+  for (; j + N <= n; j += N) {
+    const auto e = hn::Exp(d, hn::Sub(hn::LoadU(d, p + j), vmax));
+    hn::StoreU(e, d, p + j);
+    sum = hn::Add(sum, e);
+  }
+  float total = hn::GetLane(hn::SumOfLanes(d, sum));
+  for (; j < n; ++j) total += (p[j] = std::exp(p[j] - max));
+  return total;
 }
 
-void HalfToFloat(const uint16_t* src, float* dst, int32_t n) {
-  const hn::ScalableTag<float> d;
-  const hn::Rebind<hwy::float16_t, decltype(d)> dh;
+// acc = acc * correction + sum_j p[j] * rows[j], rows `len` floats apart. The accumulator is walked in
+// register-sized chunks so each chunk stays in registers across all n rows.
+void AccumulateRows(float* acc, float correction, const float* p, const float* rows, int32_t n, int32_t len) {
+  const hn::CappedTag<float, 16> d;
   const int32_t N = int32_t(hn::Lanes(d));
-  const auto* h = reinterpret_cast<const hwy::float16_t*>(src);
+  const auto c = hn::Set(d, correction);
   int32_t i = 0;
-  for (; i + N <= n; i += N) hn::StoreU(hn::PromoteTo(d, hn::LoadU(dh, h + i)), d, dst + i);
-  for (; i < n; ++i) dst[i] = formats::f16_to_f32(src[i]);
+  for (; i + 4 * N <= len; i += 4 * N) {
+    auto a0 = hn::Mul(c, hn::LoadU(d, acc + i)), a1 = hn::Mul(c, hn::LoadU(d, acc + i + N));
+    auto a2 = hn::Mul(c, hn::LoadU(d, acc + i + 2 * N)), a3 = hn::Mul(c, hn::LoadU(d, acc + i + 3 * N));
+    for (int32_t j = 0; j < n; ++j) {
+      const float* x = rows + int64_t(j) * len + i;
+      const auto w = hn::Set(d, p[j]);
+      a0 = hn::MulAdd(w, hn::LoadU(d, x), a0);
+      a1 = hn::MulAdd(w, hn::LoadU(d, x + N), a1);
+      a2 = hn::MulAdd(w, hn::LoadU(d, x + 2 * N), a2);
+      a3 = hn::MulAdd(w, hn::LoadU(d, x + 3 * N), a3);
+    }
+    hn::StoreU(a0, d, acc + i);
+    hn::StoreU(a1, d, acc + i + N);
+    hn::StoreU(a2, d, acc + i + 2 * N);
+    hn::StoreU(a3, d, acc + i + 3 * N);
+  }
+  for (; i < len; i += N) {
+    auto a = hn::Mul(c, hn::LoadU(d, acc + i));
+    for (int32_t j = 0; j < n; ++j) a = hn::MulAdd(hn::Set(d, p[j]), hn::LoadU(d, rows + int64_t(j) * len + i), a);
+    hn::StoreU(a, d, acc + i);
+  }
 }
 
 }  // namespace sparrow::cpu::HWY_NAMESPACE
@@ -55,127 +90,256 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "cpu/attention.h"
-#include "formats/weight_formats.h"
+#include "cpu/kv/cpu_kv_codecs.h"
 #include "util/error.h"
 
 namespace sparrow::cpu {
 
-HWY_EXPORT(Dot);
-HWY_EXPORT(ScaleAdd);
-HWY_EXPORT(HalfToFloat);
+HWY_EXPORT(ScoreRows);
+HWY_EXPORT(ExpShifted);
+HWY_EXPORT(AccumulateRows);
 
 namespace {
 
-constexpr int64_t kTileTokens = 16;
+using formats::KvCodec;
+using formats::kv_codec_info;
 
-size_t row_bytes(const KvLayerView& kv) { return tensor_row_bytes(kv.type, kv.head_dim); }
+constexpr int32_t kKeyBlock = 32;          // keys expanded at once: their K and V rows stay in L1/L2
+constexpr int64_t kTileTokens = 16;        // query tokens per prefill task
+constexpr int64_t kMinKeysPerSplit = 256;  // below this, splitting a key range costs more than it saves
 
-// Row (position, kv_head) of a K or V array.
-const uint8_t* cache_row(const void* base, const KvLayerView& kv, int64_t position, int32_t kv_head) {
-  const int64_t slot = position % kv.capacity;
-  return static_cast<const uint8_t*>(base) + (slot * kv.n_kv_heads + kv_head) * row_bytes(kv);
-}
+// What one call needs, derived once from its arguments.
+struct Plan {
+  const AttentionArgs& a;
+  int32_t d, group;
+  int32_t k_floats, v_floats;  // basis floats of a K row (= prepared query) and of a V row (= accumulator)
+  size_t k_block_bytes, v_block_bytes;
+  ExpandBlocks expand_k, expand_v;
+  const formats::KvCodecOps& v_ops;
+  int64_t tile, n_tiles, n_splits;
 
-void store_row(const KvLayerView& kv, void* base, const float* src, int64_t position, int32_t kv_head) {
-  uint8_t* dst = const_cast<uint8_t*>(cache_row(base, kv, position, kv_head));
-  if (kv.type == TensorType::F32) std::memcpy(dst, src, kv.head_dim * sizeof(float));
-  else formats::quantize_row(kv.type, src, dst, kv.head_dim);
-}
+  explicit Plan(const AttentionArgs& args, int n_threads)
+      : a(args),
+        d(args.kv.head_dim),
+        group(args.n_heads / args.kv.n_kv_heads),
+        k_floats(int32_t(kv_codec_info(args.kv.k_codec).query_floats(d))),
+        v_floats(int32_t(kv_codec_info(args.kv.v_codec).accumulator_floats(d))),
+        k_block_bytes(kv_codec_info(args.kv.k_codec).block_bytes(d)),
+        v_block_bytes(kv_codec_info(args.kv.v_codec).block_bytes(d)),
+        expand_k(kv_expand_blocks(args.kv.k_codec)),
+        expand_v(kv_expand_blocks(args.kv.v_codec)),
+        v_ops(kv_codec_ops(args.kv.v_codec)) {
+    // Small tiles when there are few tokens, so that short prompts still spread over the threads.
+    tile = std::clamp<int64_t>(a.n_tokens / (2 * n_threads), 1, kTileTokens);
+    n_tiles = (a.n_tokens + tile - 1) / tile;
+    // Too few (tile, KV head) tasks to keep the threads busy (decode): split the key range as well.
+    const int64_t base_tasks = n_tiles * a.kv.n_kv_heads;
+    const int64_t longest_range = std::min<int64_t>(a.first_position + a.n_tokens,
+                                                    a.sliding_window > 0 ? a.sliding_window + tile : INT64_MAX);
+    n_splits = std::clamp<int64_t>((2 * n_threads + base_tasks - 1) / base_tasks, 1,
+                                   std::max<int64_t>(1, longest_range / kMinKeysPerSplit));
+  }
+  int64_t n_tasks() const { return n_tiles * a.kv.n_kv_heads * n_splits; }
+  int64_t rows_per_tile() const { return tile * group; }
+  int64_t position(int64_t t) const { return a.first_position + t; }
+  int64_t first_key(int64_t t) const {
+    return a.sliding_window > 0 ? std::max<int64_t>(0, position(t) - a.sliding_window + 1) : 0;
+  }
+  const uint8_t* k_blocks(int32_t kv_head, int64_t p) const {
+    return static_cast<const uint8_t*>(a.kv.k) + (kv_head * a.kv.capacity + p % a.kv.capacity) * k_block_bytes;
+  }
+  const uint8_t* v_blocks(int32_t kv_head, int64_t p) const {
+    return static_cast<const uint8_t*>(a.kv.v) + (kv_head * a.kv.capacity + p % a.kv.capacity) * v_block_bytes;
+  }
+};
 
-void load_row(const KvLayerView& kv, const uint8_t* row, float* out) {
-  if (kv.type == TensorType::F32) std::memcpy(out, row, kv.head_dim * sizeof(float));
-  else if (kv.type == TensorType::F16)
-    HWY_DYNAMIC_DISPATCH(HalfToFloat)(reinterpret_cast<const uint16_t*>(row), out, kv.head_dim);
-  else formats::dequantize_row(kv.type, row, out, kv.head_dim);
-}
-
-// One query row's online-softmax state.
+// One query row's online-softmax state over the keys seen so far; its accumulator lives beside it.
 struct RowState {
-  const float* q;
-  float* out;
-  int64_t position;
-  int64_t first_key;
   float max = -std::numeric_limits<float>::infinity();
   float sum = 0;
 };
 
-void attend_tile(const AttentionArgs& a, int32_t kv_head, int64_t t0, int64_t t1, std::vector<RowState>& rows,
-                 float* k_row, float* v_row) {
-  const KvLayerView& kv = a.kv;
-  const int32_t d = kv.head_dim;
-  const int32_t group = a.n_heads / kv.n_kv_heads;
-  rows.clear();
-  for (int64_t t = t0; t < t1; ++t) {
-    const int64_t position = a.first_position + t;
-    const int64_t first_key = a.sliding_window > 0 ? std::max<int64_t>(0, position - a.sliding_window + 1) : 0;
-    for (int32_t h = kv_head * group; h < (kv_head + 1) * group; ++h) {
-      const int64_t offset = (t * a.n_heads + h) * int64_t(d);
-      std::fill(a.out + offset, a.out + offset + d, 0.0f);
-      rows.push_back({a.q + offset, a.out + offset, position, first_key});
-    }
-  }
-  const auto dot = HWY_DYNAMIC_DISPATCH(Dot);
-  const auto scale_add = HWY_DYNAMIC_DISPATCH(ScaleAdd);
-  const int64_t first = rows.front().first_key, last = rows.back().position;
-  for (int64_t p = first; p <= last; ++p) {
-    load_row(kv, cache_row(kv.k, kv, p, kv_head), k_row);
-    load_row(kv, cache_row(kv.v, kv, p, kv_head), v_row);
-    for (RowState& r : rows) {
-      if (p < r.first_key || p > r.position) continue;
-      const float score = a.scale * dot(r.q, k_row, d);
-      float correction = 1.0f;
-      if (score > r.max) {
-        correction = std::exp(r.max - score);
-        r.sum *= correction;
-        r.max = score;
+// A task: tile `tile_index` of query tokens, KV head `kv_head`, keys [key_begin, key_end).
+struct Task {
+  int32_t kv_head;
+  int64_t t0, t1;
+  int64_t key_begin, key_end;
+};
+
+Task task_of(const Plan& plan, int64_t index) {
+  const int64_t split = index % plan.n_splits, rest = index / plan.n_splits;
+  Task task;
+  task.kv_head = int32_t(rest % plan.a.kv.n_kv_heads);
+  task.t0 = (rest / plan.a.kv.n_kv_heads) * plan.tile;
+  task.t1 = std::min(plan.a.n_tokens, task.t0 + plan.tile);
+  const int64_t lo = plan.first_key(task.t0), hi = plan.position(task.t1 - 1) + 1;
+  // Splits start on key-block boundaries so every split but the last expands whole blocks.
+  const int64_t per_split = (hi - lo + plan.n_splits - 1) / plan.n_splits;
+  const int64_t chunk = (per_split + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
+  task.key_begin = std::min(hi, lo + split * chunk);
+  task.key_end = std::min(hi, task.key_begin + chunk);
+  return task;
+}
+
+struct Scratch {
+  std::vector<float> k_rows, v_rows, weights, corrections;
+  std::vector<uint8_t> active;
+};
+
+// Folds keys [task.key_begin, task.key_end) into the rows' states and accumulators (row r = token
+// t0 + r / group, query head kv_head * group + r % group).
+void attend(const Plan& plan, const Task& task, const float* prepared, RowState* states, float* acc,
+            Scratch& s) {
+  const AttentionArgs& a = plan.a;
+  const int64_t n_rows = (task.t1 - task.t0) * plan.group;
+  const auto score_rows = HWY_DYNAMIC_DISPATCH(ScoreRows);
+  const auto exp_shifted = HWY_DYNAMIC_DISPATCH(ExpShifted);
+  const auto accumulate_rows = HWY_DYNAMIC_DISPATCH(AccumulateRows);
+  for (int64_t p0 = task.key_begin; p0 < task.key_end;) {
+    // A block of keys stays inside one lap of the ring, so its blocks are consecutive in memory.
+    const int64_t p1 = std::min({task.key_end, p0 + kKeyBlock, (p0 / a.kv.capacity + 1) * a.kv.capacity});
+    const int32_t nb = int32_t(p1 - p0);
+    bool any = false;
+    bool expanded_k = false;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const int64_t t = task.t0 + r / plan.group;
+      const int64_t lo = std::max(p0, plan.first_key(t)), hi = std::min(p1, plan.position(t) + 1);
+      s.active[r] = lo < hi;
+      if (!s.active[r]) continue;
+      if (!expanded_k) {
+        plan.expand_k(plan.k_blocks(task.kv_head, p0), nb, plan.d, s.k_rows.data());
+        expanded_k = true;
       }
-      const float w = std::exp(score - r.max);
-      r.sum += w;
-      scale_add(r.out, correction, w, v_row, d);
+      any = true;
+      float* w = s.weights.data() + r * kKeyBlock;
+      const int32_t off = int32_t(lo - p0), n = int32_t(hi - lo);
+      const int64_t head = (t * a.n_heads + task.kv_head * plan.group + r % plan.group);
+      score_rows(prepared + head * plan.k_floats, s.k_rows.data() + int64_t(off) * plan.k_floats, n, plan.k_floats,
+                 w + off);
+      const float block_max = *std::max_element(w + off, w + off + n);
+      RowState& st = states[r];
+      const float new_max = std::max(st.max, block_max);
+      const float correction = std::exp(st.max - new_max);  // 0 for the first block (max was -inf)
+      const float sum = exp_shifted(w + off, n, new_max);
+      std::fill(w, w + off, 0.0f);
+      std::fill(w + off + n, w + nb, 0.0f);
+      st.sum = st.sum * correction + sum;
+      st.max = new_max;
+      s.corrections[r] = correction;
     }
+    if (any) {
+      plan.expand_v(plan.v_blocks(task.kv_head, p0), nb, plan.d, s.v_rows.data());
+      for (int64_t r = 0; r < n_rows; ++r)
+        if (s.active[r])
+          accumulate_rows(acc + r * plan.v_floats, s.corrections[r], s.weights.data() + r * kKeyBlock,
+                          s.v_rows.data(), nb, plan.v_floats);
+    }
+    p0 = p1;
   }
-  for (RowState& r : rows) {
-    const float inv = 1.0f / r.sum;
-    for (int32_t i = 0; i < d; ++i) r.out[i] *= inv;
-  }
+}
+
+// out = finish(acc / sum): the row leaves the V codec's basis once.
+void finish_row(const Plan& plan, const RowState& st, float* acc, int64_t t, int32_t h) {
+  const float inv = st.sum > 0 ? 1.0f / st.sum : 0.0f;
+  for (int32_t i = 0; i < plan.v_floats; ++i) acc[i] *= inv;
+  plan.v_ops.finish(acc, plan.d, plan.a.out + (t * plan.a.n_heads + h) * int64_t(plan.d));
+}
+
+int32_t head_of(const Plan& plan, const Task& task, int64_t r) {
+  return task.kv_head * plan.group + int32_t(r % plan.group);
+}
+
+void check(const AttentionArgs& a) {
+  if (a.kv.n_kv_heads <= 0 || a.n_heads % a.kv.n_kv_heads != 0)
+    throw Error("attention: n_heads (" + std::to_string(a.n_heads) + ") must be a multiple of n_kv_heads (" +
+                std::to_string(a.kv.n_kv_heads) + ")");
+  if (!formats::kv_head_dim_supported(a.kv.head_dim))
+    throw Error("attention: head dim " + std::to_string(a.kv.head_dim) + " is not supported (64, 128, 256 or 512)");
+  if (kv_codec_info(a.kv.v_codec).keys_only)
+    throw Error(std::string("attention: ") + std::string(kv_codec_info(a.kv.v_codec).name) +
+                " stores keys only and cannot hold V");
 }
 
 }  // namespace
 
-void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens, int32_t first_position) {
-  const int64_t row = int64_t(kv.n_kv_heads) * kv.head_dim;
-  for (int64_t t = 0; t < n_tokens; ++t)
-    for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-      store_row(kv, kv.k, k + t * row + int64_t(h) * kv.head_dim, first_position + t, h);
-      store_row(kv, kv.v, v + t * row + int64_t(h) * kv.head_dim, first_position + t, h);
-    }
+void kv_store(ThreadPool& pool, const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
+              int32_t first_position) {
+  const formats::KvCodecOps& k_ops = kv_codec_ops(kv.k_codec);
+  const formats::KvCodecOps& v_ops = kv_codec_ops(kv.v_codec);
+  const int32_t d = kv.head_dim;
+  const size_t k_bytes = kv_codec_info(kv.k_codec).block_bytes(d), v_bytes = kv_codec_info(kv.v_codec).block_bytes(d);
+  pool.parallel_for(n_tokens * kv.n_kv_heads, [&](int64_t row, int) {
+    const int64_t t = row / kv.n_kv_heads;
+    const int32_t h = int32_t(row % kv.n_kv_heads);
+    const int64_t block = h * kv.capacity + (first_position + t) % kv.capacity;
+    k_ops.encode(k + row * d, d, static_cast<uint8_t*>(kv.k) + block * k_bytes);
+    v_ops.encode(v + row * d, d, static_cast<uint8_t*>(kv.v) + block * v_bytes);
+  });
 }
 
 void attention(ThreadPool& pool, const AttentionArgs& a) {
-  if (a.n_heads % a.kv.n_kv_heads != 0) throw Error("attention: n_heads must be a multiple of n_kv_heads");
-  // Small tiles when there are few tokens, so that short prompts still spread over the threads.
-  const int64_t tile = std::clamp<int64_t>(a.n_tokens / (2 * pool.size()), 1, kTileTokens);
-  const int64_t n_tiles = (a.n_tokens + tile - 1) / tile;
-  const int64_t n_tasks = n_tiles * a.kv.n_kv_heads;
-  struct Scratch {
-    std::vector<RowState> rows;
-    std::vector<float> k_row, v_row;
-  };
+  check(a);
+  const Plan plan(a, pool.size());
+  // Queries enter the K codec's basis once, with the softmax scale folded in.
+  const formats::KvCodecOps& k_ops = kv_codec_ops(a.kv.k_codec);
+  const int64_t n_queries = a.n_tokens * a.n_heads;
+  std::vector<float> prepared(size_t(n_queries) * plan.k_floats);
+  pool.parallel_for(n_queries, [&](int64_t row, int) {
+    float* q = prepared.data() + row * plan.k_floats;
+    k_ops.prepare_query(a.q + row * plan.d, plan.d, q);
+    for (int32_t i = 0; i < plan.k_floats; ++i) q[i] *= a.scale;
+  });
+
+  const int64_t rows = plan.rows_per_tile();
   std::vector<Scratch> scratch(pool.size());
   for (Scratch& s : scratch) {
-    s.k_row.resize(a.kv.head_dim);
-    s.v_row.resize(a.kv.head_dim);
+    s.k_rows.resize(size_t(kKeyBlock) * plan.k_floats);
+    s.v_rows.resize(size_t(kKeyBlock) * plan.v_floats);
+    s.weights.resize(size_t(rows) * kKeyBlock);
+    s.corrections.resize(rows);
+    s.active.resize(rows);
   }
-  pool.parallel_for(n_tasks, [&](int64_t task, int thread) {
-    const int64_t t0 = (task / a.kv.n_kv_heads) * tile;
-    Scratch& s = scratch[thread];
-    attend_tile(a, int32_t(task % a.kv.n_kv_heads), t0, std::min(a.n_tokens, t0 + tile), s.rows, s.k_row.data(),
-                s.v_row.data());
+  // Every task's states and accumulators, kept until the splits of a tile are merged.
+  const int64_t n_tasks = plan.n_tasks();
+  std::vector<RowState> states(size_t(n_tasks * rows));
+  std::vector<float> acc(size_t(n_tasks * rows) * plan.v_floats, 0.0f);
+  pool.parallel_for(n_tasks, [&](int64_t index, int thread) {
+    const Task task = task_of(plan, index);
+    RowState* st = states.data() + index * rows;
+    float* ac = acc.data() + index * rows * plan.v_floats;
+    attend(plan, task, prepared.data(), st, ac, scratch[thread]);
+    if (plan.n_splits == 1)
+      for (int64_t r = 0; r < (task.t1 - task.t0) * plan.group; ++r)
+        finish_row(plan, st[r], ac + r * plan.v_floats, task.t0 + r / plan.group, head_of(plan, task, r));
+  });
+  if (plan.n_splits == 1) return;
+
+  // Merge the splits of each (tile, KV head): rescale every partial to the common maximum.
+  pool.parallel_for(n_tasks / plan.n_splits, [&](int64_t group_index, int) {
+    const int64_t first = group_index * plan.n_splits;
+    const Task task = task_of(plan, first);
+    for (int64_t r = 0; r < (task.t1 - task.t0) * plan.group; ++r) {
+      RowState merged;
+      for (int64_t s = 0; s < plan.n_splits; ++s) merged.max = std::max(merged.max, states[(first + s) * rows + r].max);
+      float* out = acc.data() + (first * rows + r) * plan.v_floats;  // the first split's accumulator
+      const float first_scale = std::exp(states[first * rows + r].max - merged.max);
+      merged.sum = states[first * rows + r].sum * first_scale;
+      for (int32_t i = 0; i < plan.v_floats; ++i) out[i] *= first_scale;
+      for (int64_t s = 1; s < plan.n_splits; ++s) {
+        const RowState& part = states[(first + s) * rows + r];
+        if (part.sum == 0) continue;
+        const float scale = std::exp(part.max - merged.max);
+        const float* in = acc.data() + ((first + s) * rows + r) * plan.v_floats;
+        merged.sum += part.sum * scale;
+        for (int32_t i = 0; i < plan.v_floats; ++i) out[i] += scale * in[i];
+      }
+      finish_row(plan, merged, out, task.t0 + r / plan.group, head_of(plan, task, r));
+    }
   });
 }
 

@@ -141,7 +141,7 @@ class CpuBackend final : public Backend {
 
   void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
                 int32_t first_position) override {
-    cpu::kv_store(kv, k, v, n_tokens, first_position);
+    cpu::kv_store(pool_, kv, k, v, n_tokens, first_position);
   }
   void attention(const AttentionArgs& args) override { cpu::attention(pool_, args); }
 

@@ -1,26 +1,37 @@
 #pragma once
-// The KV cache of one sequence: per layer, the storage type of K and V, rings of the window size for
-// sliding-window layers (memory follows the window, not the context), and nothing at all for Gemma 4's
-// KV-shared layers, which read their source layer's cache.
+// The KV cache of one sequence: per layer, the codec of K and of V (formats/kv/), rings of the window size
+// for sliding-window layers (memory follows the window, not the context), and nothing at all for Gemma 4's
+// KV-shared layers, which read their source layer's cache. Gemma 4's dual head dims come with the layers.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "formats/kv/kv_codec.h"
 #include "model/config.h"
 #include "ops/backend.h"
 
 namespace sparrow {
 
+// Layers first..last (inclusive) store K and V with these codecs.
+struct KvLayerOverride {
+  int32_t first = 0, last = 0;
+  formats::KvCodec k = formats::KvCodec::F16, v = formats::KvCodec::F16;
+};
+
 struct KvCacheOptions {
   int32_t n_ctx = 4096;   // positions the cache must hold
   int32_t n_batch = 512;  // most tokens written by one forward pass (sizes the sliding rings)
-  TensorType type_k = TensorType::F16;
-  TensorType type_v = TensorType::F16;
+  formats::KvCodec type_k = formats::KvCodec::F16;
+  formats::KvCodec type_v = formats::KvCodec::F16;
+  std::vector<KvLayerOverride> layers;  // applied in order over type_k/type_v: later entries win
 };
 
-// "f32", "f16" -> the storage type; throws sparrow::Error naming the option otherwise.
-TensorType parse_kv_type(const std::string& name, const char* option);
+// A codec name given for `option` (-ctk, -ctv...) -> the codec; throws sparrow::Error naming the option and
+// listing the codecs otherwise, or if a keys-only codec is given for values.
+formats::KvCodec parse_kv_codec_option(const std::string& name, const char* option, bool for_values);
+// "0-3:q8_0/tbq4,7:f16" (layers:K/V, or layers:C for both) -> overrides; throws sparrow::Error on bad syntax.
+std::vector<KvLayerOverride> parse_kv_layers(const std::string& spec);
 
 class KvCache {
  public:
@@ -33,8 +44,10 @@ class KvCache {
   const KvLayerView& layer(int32_t il) const { return views_[config_.layers[il].kv_source]; }
   int32_t n_ctx() const { return options_.n_ctx; }
   size_t bytes() const { return bytes_; }
-  // Bytes of K+V per token of context, summed over layers of one kind (sliding or global) that own KV.
+  // Bytes of K+V per token of context, summed over the layers of one kind (sliding or global) that own KV.
   size_t bytes_per_token(bool sliding) const;
+  // Lines for the user: per layer kind (sliding, global, shared) the codecs, bytes per token and in all.
+  std::string summary() const;
 
  private:
   Backend& backend_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "formats/kv/kv_codec.h"
 #include "gguf/tensor_types.h"
 
 namespace sparrow {
@@ -28,10 +29,12 @@ struct RopeParams {
   const float* freq_divisors = nullptr;  // n_rot/2 values (Gemma 4 proportional RoPE), or null
 };
 
-// One layer's slice of the KV cache. Position p is stored in slot p % capacity, each slot holding
-// n_kv_heads rows of head_dim elements of `type`, K and V in separate arrays.
+// One layer's slice of the KV cache: K and V each stored with their own codec (formats/kv/), one encoded
+// block per (KV head, slot). Position p lives in slot p % capacity. Layout, head-major so that consecutive
+// positions of one head are consecutive blocks: block (h, slot) at base + (h * capacity + slot) * block_bytes.
 struct KvLayerView {
-  TensorType type = TensorType::F16;
+  formats::KvCodec k_codec = formats::KvCodec::F16;
+  formats::KvCodec v_codec = formats::KvCodec::F16;
   void* k = nullptr;
   void* v = nullptr;
   int64_t capacity = 0;
@@ -79,11 +82,12 @@ class Backend {
   // y[r][i] *= x[r * x_row_stride + i] for r < n_rows, i < row_len (y rows contiguous).
   virtual void mul_rows(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) = 0;
 
-  // Writes K and V rows ([n_tokens][n_kv_heads][head_dim] floats) for positions first_position.. into kv.
+  // Encodes K and V rows ([n_tokens][n_kv_heads][head_dim] floats) for positions first_position.. into kv.
   virtual void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
                         int32_t first_position) = 0;
-  // Causal (optionally sliding-window) softmax attention of q over the keys and values in args.kv,
-  // grouped-query: query head h reads KV head h / (n_heads / n_kv_heads).
+  // Causal (optionally sliding-window) softmax attention of q over the keys and values in args.kv, read
+  // directly in their codecs (fused: no score matrix, no decoded copy of the cache), grouped-query: query
+  // head h reads KV head h / (n_heads / n_kv_heads).
   virtual void attention(const AttentionArgs& args) = 0;
 };
 

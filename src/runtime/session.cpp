@@ -18,6 +18,7 @@ Session::Session(const Model& model, const SessionOptions& options) : model_(mod
   kv.n_batch = n_batch_;
   kv.type_k = options.type_k;
   kv.type_v = options.type_v;
+  kv.layers = options.kv_layers;
   cache_ = std::make_unique<KvCache>(*backend_, c, kv);
   forward_ = std::make_unique<GemmaForward>(*backend_, c, model.weights, *cache_, n_batch_);
 }
@@ -37,7 +38,19 @@ void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {
     float* out = all_logits ? logits_.data() + done * n_vocab : last_chunk ? logits_.data() : nullptr;
     forward_->run(tokens + done, chunk, n_past_, all_logits, out);
     n_past_ += chunk;
+    furthest_ = std::max(furthest_, n_past_);
   }
+}
+
+void Session::truncate(int32_t n_past) {
+  if (n_past < 0 || n_past > n_past_)
+    throw Error("truncate: " + std::to_string(n_past) + " is not between 0 and the " + std::to_string(n_past_) +
+                " tokens decoded");
+  if (furthest_ - n_past > n_batch_)
+    throw Error("truncate: going back " + std::to_string(furthest_ - n_past) + " tokens is more than the batch size " +
+                std::to_string(n_batch_) + " that the sliding-window rings keep; reset instead");
+  n_past_ = n_past;
+  n_logit_rows_ = 0;
 }
 
 const float* Session::logits(int32_t i) const {

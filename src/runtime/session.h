@@ -14,8 +14,9 @@ struct SessionOptions {
   int32_t n_ctx = 0;     // 0: min(training context, 4096)
   int32_t n_threads = 0;
   int32_t n_batch = 512;
-  TensorType type_k = TensorType::F16;
-  TensorType type_v = TensorType::F16;
+  formats::KvCodec type_k = formats::KvCodec::F16;
+  formats::KvCodec type_v = formats::KvCodec::F16;
+  std::vector<KvLayerOverride> kv_layers;
 };
 
 class Session {
@@ -28,7 +29,10 @@ class Session {
   int32_t n_logit_rows() const { return n_logit_rows_; }
   int32_t n_past() const { return n_past_; }
   int32_t n_ctx() const { return cache_->n_ctx(); }
-  void reset() { n_past_ = 0; n_logit_rows_ = 0; }
+  void reset() { n_past_ = 0; furthest_ = 0; n_logit_rows_ = 0; }
+  // Forgets tokens after the first n_past; throws if the sliding-window rings no longer hold what the next
+  // token would see (more than n_batch tokens back from the furthest position decoded).
+  void truncate(int32_t n_past);
   const KvCache& cache() const { return *cache_; }
 
  private:
@@ -38,6 +42,7 @@ class Session {
   std::unique_ptr<GemmaForward> forward_;
   int32_t n_batch_;
   int32_t n_past_ = 0;
+  int32_t furthest_ = 0;  // the highest n_past since the last reset
   int32_t n_logit_rows_ = 0;
   std::vector<float> logits_;
 };

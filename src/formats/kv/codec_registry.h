@@ -17,5 +17,6 @@ const KvCodecInfo& tcq2_codec();    // trellis.cpp
 const KvCodecInfo& tcq3_codec();
 const KvCodecInfo& qjl_codec();     // qjl.cpp
 const KvCodecInfo& polar4_codec();  // polar.cpp
+const KvCodecInfo& f32_codec();     // stock_codecs.cpp
 
 }  // namespace sparrow::formats

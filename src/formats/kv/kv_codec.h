@@ -12,6 +12,10 @@
 //   score(q', block) -> <q, x^>              K side
 //   accumulate(w, block, acc[acc_floats])    V side: acc += w * x^, in the codec's own basis
 //   finish(acc) -> out[d]                    V side: undo the basis once per output row
+//
+// Every codec's score and accumulate are linear in one "basis row" of the block (query_floats ==
+// accumulator_floats): score(q', b) = <q', row(b)> and accumulate(w, b, acc) adds w * row(b). Attention
+// kernels use that to expand a tile of blocks once and share it across every query row that reads it.
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -27,6 +31,7 @@ enum class KvCodec : uint8_t {
   TCQ2, TCQ3,              // trellis-coded TurboQuant (Viterbi encode, sliding-window decode)
   QJL,                     // 1-bit Johnson-Lindenstrauss key sketch + norm (keys only)
   POLAR4,                  // PolarQuant: rotation + 4-level recursive polar transform
+  F32,                     // uncompressed (reference runs and llama.cpp parity with an f32 cache)
 };
 
 struct KvCodecOps {

@@ -1,4 +1,4 @@
-// The stock KV codecs: f16, bf16, q8_0 and q4_0, with the block layouts llama.cpp uses for its KV cache, so a
+// The stock KV codecs: f32 (no compression), f16, bf16, q8_0 and q4_0, with the block layouts llama.cpp uses for its KV cache, so a
 // head vector is stored exactly as llama.cpp would store it (f16/bf16: d halves; q8_0/q4_0: d/32 weight-format
 // blocks of 32 elements, each with an fp16 scale; see formats/weight_formats.h).
 //
@@ -26,6 +26,16 @@ void check_head_dim(const char* codec, int d) {
 
 // ---------------------------------------------------------------------------------------------------------
 // Per-codec encode and decode: the only parts that differ between the stock codecs.
+
+void f32_encode(const float* x, int d, uint8_t* block) {
+  check_head_dim("f32", d);
+  std::memcpy(block, x, sizeof(float) * size_t(d));
+}
+
+void f32_decode(const uint8_t* block, int d, float* x) {
+  check_head_dim("f32", d);
+  std::memcpy(x, block, sizeof(float) * size_t(d));
+}
 
 void f16_encode(const float* x, int d, uint8_t* block) {
   check_head_dim("f16", d);
@@ -115,17 +125,25 @@ constexpr KvCodecOps stock_ops() {
   return KvCodecOps{Encode, Decode, copy_floats, score_decoded<Decode>, accumulate_decoded<Decode>, copy_floats};
 }
 
+constexpr KvCodecOps kF32Ops = stock_ops<f32_encode, f32_decode>();
 constexpr KvCodecOps kF16Ops = stock_ops<f16_encode, f16_decode>();
 constexpr KvCodecOps kBf16Ops = stock_ops<bf16_encode, bf16_decode>();
 constexpr KvCodecOps kQ8_0Ops = stock_ops<q8_0_encode, q8_0_decode>();
 constexpr KvCodecOps kQ4_0Ops = stock_ops<q4_0_encode, q4_0_decode>();
 
+size_t float_bytes(int d) { return 4 * size_t(d); }
 size_t half_bytes(int d) { return 2 * size_t(d); }
 size_t q8_0_bytes(int d) { return size_t(d / QK8_0) * sizeof(BlockQ8_0); }
 size_t q4_0_bytes(int d) { return size_t(d / QK4_0) * sizeof(BlockQ4_0); }
 size_t head_dim_floats(int d) { return size_t(d); }
 
 }  // namespace
+
+const KvCodecInfo& f32_codec() {
+  static const KvCodecInfo info{KvCodec::F32,    "f32",           false,   float_bytes,
+                                head_dim_floats, head_dim_floats, &kF32Ops};
+  return info;
+}
 
 const KvCodecInfo& f16_codec() {
   static const KvCodecInfo info{KvCodec::F16,    "f16",           false,   half_bytes,
