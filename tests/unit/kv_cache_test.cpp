@@ -1,0 +1,245 @@
+// The KV cache: per-layer codecs for K and V, sliding-window rings, KV-shared layers, Gemma 4's dual head dims,
+// the --kv-layers syntax, and the errors for codecs or layers that cannot be used. Geometry from a hand-made
+// config, sizes from the codecs' bits per element (spec numbers), not from the cache's own arithmetic.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cli_test_util.h"
+#include "sparrow/sparrow.h"
+#include "kv/kv_cache.h"
+#include "util/error.h"
+
+namespace sparrow {
+namespace {
+
+using formats::KvCodec;
+
+// Gemma-4-like: sliding layers with head dim 256 and 2 KV heads, a global layer with head dim 512 and 1 KV
+// head, and two KV-shared layers reading layers 3 (sliding) and 2 (global).
+ModelConfig mixed_config() {
+  ModelConfig c;
+  c.arch = Architecture::Gemma4;
+  c.n_layer = 6;
+  c.n_heads = 4;
+  c.sliding_window = 128;
+  auto layer = [](bool sliding, int32_t d, int32_t kv_heads, int32_t source, bool owns) {
+    LayerConfig l;
+    l.sliding = sliding;
+    l.head_dim = d;
+    l.n_kv_heads = kv_heads;
+    l.owns_kv = owns;
+    l.kv_source = source;
+    return l;
+  };
+  c.layers = {layer(true, 256, 2, 0, true),  layer(true, 256, 2, 1, true),  layer(false, 512, 1, 2, true),
+              layer(true, 256, 2, 3, true),  layer(true, 256, 2, 3, false), layer(false, 512, 1, 2, false)};
+  return c;
+}
+
+// Bytes of one head vector of dimension d in a codec with the given bits per element.
+double vector_bytes(double bits_per_element, int d) { return bits_per_element * d / 8; }
+
+struct CacheFixture : ::testing::Test {
+  std::unique_ptr<Backend> backend = make_cpu_backend(1);
+  ModelConfig config = mixed_config();
+};
+
+TEST(KvLayersSyntax, RangesSingleLayersAndBothCodecs) {
+  const auto o = parse_kv_layers("0-3:q8_0/tbq4,7:f16,2-2:qjl/tbq3");
+  ASSERT_EQ(o.size(), 3u);
+  EXPECT_EQ(o[0].first, 0);
+  EXPECT_EQ(o[0].last, 3);
+  EXPECT_EQ(o[0].k, KvCodec::Q8_0);
+  EXPECT_EQ(o[0].v, KvCodec::TBQ4);
+  EXPECT_EQ(o[1].first, 7);
+  EXPECT_EQ(o[1].last, 7);
+  EXPECT_EQ(o[1].k, KvCodec::F16);
+  EXPECT_EQ(o[1].v, KvCodec::F16);
+  EXPECT_EQ(o[2].k, KvCodec::QJL);
+  EXPECT_TRUE(parse_kv_layers("").empty());
+}
+
+TEST(KvLayersSyntax, BadEntriesAreClearErrors) {
+  for (const char* bad : {"f16", "x:f16", "3-1:f16", "0:nope", "0:f16/qjl", "-2:f16", "0-:f16", "1:"}) {
+    try {
+      parse_kv_layers(bad);
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--kv-layers"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(KvCodecOption, KeysOnlyCodecIsRefusedForValues) {
+  EXPECT_EQ(parse_kv_codec_option("qjl", "-ctk", false), KvCodec::QJL);
+  EXPECT_THROW(parse_kv_codec_option("qjl", "-ctv", true), Error);
+  try {
+    parse_kv_codec_option("q3_k", "-ctk", false);
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tbq4"), std::string::npos) << "lists the codecs: " << e.what();
+  }
+}
+
+TEST_F(CacheFixture, SizesFollowCodecsWindowsAndSharing) {
+  KvCacheOptions o;
+  o.n_ctx = 1000;
+  o.n_batch = 64;
+  o.type_k = KvCodec::TBQ4;
+  o.type_v = KvCodec::TBQ3;
+  o.layers = parse_kv_layers("1:q8_0/f16");
+  KvCache cache(*backend, config, o);
+
+  const int64_t ring = 128 + 64;  // window + batch
+  EXPECT_EQ(cache.layer(0).capacity, ring);
+  EXPECT_EQ(cache.layer(2).capacity, 1000);
+  EXPECT_EQ(cache.layer(1).k_codec, KvCodec::Q8_0);
+  EXPECT_EQ(cache.layer(1).v_codec, KvCodec::F16);
+  EXPECT_EQ(cache.layer(3).k_codec, KvCodec::TBQ4);
+  EXPECT_EQ(cache.layer(3).v_codec, KvCodec::TBQ3);
+  // Shared layers read their source's storage.
+  EXPECT_EQ(cache.layer(4).k, cache.layer(3).k);
+  EXPECT_EQ(cache.layer(5).v, cache.layer(2).v);
+  EXPECT_EQ(cache.layer(5).head_dim, 512);
+
+  // Spec bits per element: q8_0 8.5, f16 16; tbq4/tbq3 from the codec table at each head dim.
+  const double tbq4_256 = vector_bytes(formats::kv_bits_per_element(KvCodec::TBQ4, 256), 256);
+  const double tbq3_256 = vector_bytes(formats::kv_bits_per_element(KvCodec::TBQ3, 256), 256);
+  const double tbq4_512 = vector_bytes(formats::kv_bits_per_element(KvCodec::TBQ4, 512), 512);
+  const double tbq3_512 = vector_bytes(formats::kv_bits_per_element(KvCodec::TBQ3, 512), 512);
+  const double sliding_per_token = 2 * (tbq4_256 + tbq3_256) * 2 + 2 * (vector_bytes(8.5, 256) + vector_bytes(16, 256));
+  const double global_per_token = tbq4_512 + tbq3_512;
+  EXPECT_DOUBLE_EQ(double(cache.bytes_per_token(true)), sliding_per_token);
+  EXPECT_DOUBLE_EQ(double(cache.bytes_per_token(false)), global_per_token);
+  EXPECT_DOUBLE_EQ(double(cache.bytes()), sliding_per_token * ring + global_per_token * 1000);
+
+  const std::string summary = cache.summary();
+  EXPECT_NE(summary.find("sliding: 3 layers"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("global: 1 layers"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("shared: 2 layers"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("q8_0/f16 x1"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("tbq4/tbq3 x2"), std::string::npos) << summary;
+}
+
+TEST_F(CacheFixture, SlidingRingNeverExceedsTheContext) {
+  KvCacheOptions o;
+  o.n_ctx = 100;
+  o.n_batch = 64;
+  KvCache cache(*backend, config, o);
+  EXPECT_EQ(cache.layer(0).capacity, 100);
+}
+
+TEST_F(CacheFixture, OverridesOnSharedLayersOnlyOrMissingLayersAreRefused) {
+  KvCacheOptions o;
+  o.layers = parse_kv_layers("4-5:q8_0");
+  EXPECT_THROW(KvCache(*backend, config, o), Error);
+  o.layers = parse_kv_layers("3-5:q8_0");  // a range with an owner is fine; shared layers follow their source
+  EXPECT_NO_THROW(KvCache(*backend, config, o));
+  o.layers = parse_kv_layers("6:q8_0");
+  EXPECT_THROW(KvCache(*backend, config, o), Error);
+}
+
+TEST_F(CacheFixture, UnsupportedHeadDimIsAClearError) {
+  config.layers[2].head_dim = 96;
+  config.layers[5].head_dim = 96;
+  try {
+    KvCache cache(*backend, config, KvCacheOptions{});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dim 96"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(CacheFixture, ImpossibleContextIsRefusedBeforeAllocating) {
+  KvCacheOptions o;
+  o.n_ctx = 1 << 30;
+  o.type_k = o.type_v = KvCodec::F32;
+  EXPECT_THROW(KvCache(*backend, config, o), Error);
+}
+
+// The tools: any KV configuration runs, and bad ones exit non-zero with one line. The model has f32 weights:
+// with quantized weights, activations are quantized to 8 bits before every matmul, and the prompt GEMM's float
+// summation order (a 1e-7 relative difference from the one-token kernel) flips some of those roundings, which
+// the model amplifies to percent-level logit differences; f32 weights isolate what these tests check.
+class KvCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    model_ = new std::string(::testing::TempDir() + "sparrow-kv-cli-" + std::to_string(::getpid()) + ".gguf");
+    auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type f32 --seed 5 -o " + *model_);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  static std::string* model_;
+};
+std::string* KvCli::model_ = nullptr;
+
+TEST_F(KvCli, RunWithCompressedCodecsPrintsTheCacheSummary) {
+  auto r = testing::run_sparrow("run -m " + *model_ + " -p hello -n 4 --temp 0 -ctk tbq4 -ctv tbq3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("tbq4/tbq3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("bytes/token"), std::string::npos) << r.err;
+}
+
+TEST_F(KvCli, LogitsWithPerLayerOverrides) {
+  const std::string out = ::testing::TempDir() + "kv-cli-logits.bin";
+  auto r = testing::run_sparrow("logits -m " + *model_ + " --tokens 2,10,20 -o " + out +
+                                " -ctk q8_0 -ctv q4_0 --kv-layers 0:polar4/tcq3");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("polar4/tcq3"), std::string::npos) << r.err;
+}
+
+TEST_F(KvCli, KeysOnlyCodecForValuesFails) {
+  auto r = testing::run_sparrow("run -m " + *model_ + " -p hello -n 1 -ctv qjl");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("keys only"), std::string::npos) << r.err;
+}
+
+TEST_F(KvCli, UnknownCodecFails) {
+  auto r = testing::run_sparrow("run -m " + *model_ + " -p hello -n 1 -ctk q5_k");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("unknown KV cache codec"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace sparrow
+
+namespace sparrow {
+namespace {
+
+// Prefill (query tiles over the whole prompt) and token-by-token decode (one query, key range split across
+// threads, partial softmaxes merged) are different task layouts over the same cache: same logits.
+TEST_F(KvCli, PrefillAndDecodeAgreeForEveryCompressedLayout) {
+  sparrow_model* model = sparrow_model_load(model_->c_str(), nullptr, nullptr);
+  ASSERT_NE(model, nullptr) << sparrow_last_error();
+  const int32_t n_vocab = sparrow_model_n_vocab(model);
+  std::vector<sparrow_token> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(2 + (i * 37) % (n_vocab - 2));
+  for (const char* codec : {"f32", "tbq4", "q4_0"}) {
+    sparrow_context_params p = sparrow_context_default_params();
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.cache_type_k = codec;
+    p.cache_type_v = codec;
+    sparrow_context* batch = sparrow_context_new(model, p);
+    sparrow_context* step = sparrow_context_new(model, p);
+    ASSERT_TRUE(batch && step) << sparrow_last_error();
+    ASSERT_EQ(sparrow_decode(batch, tokens.data(), int32_t(tokens.size()), 1), 0);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+      ASSERT_EQ(sparrow_decode(step, &tokens[i], 1, 0), 0);
+      const float* a = sparrow_get_logits(batch, int32_t(i));
+      const float* b = sparrow_get_logits(step, -1);
+      float max_abs = 0, max_diff = 0;
+      for (int32_t v = 0; v < n_vocab; ++v) {
+        max_abs = std::max(max_abs, std::fabs(a[v]));
+        max_diff = std::max(max_diff, std::fabs(a[v] - b[v]));
+      }
+      ASSERT_LE(max_diff, 1e-4f * max_abs) << codec << " position " << i;
+    }
+    sparrow_context_free(batch);
+    sparrow_context_free(step);
+  }
+  sparrow_model_free(model);
+}
+
+}  // namespace
+}  // namespace sparrow
