@@ -1,9 +1,10 @@
 // sparrow-peer-llama_logits: makes llama.cpp print the logits Sparrow's parity tests compare against.
 //
 //   sparrow-peer-llama_logits -m MODEL (--tokens 1,2,3 | -p PROMPT) -o OUT.bin [-n N_GREEDY] [--threads T]
-//                             [--fa auto|on|off] [--cache-type f16|f32|bf16|q8_0] [--verbose]
+//                             [--fa auto|on|off] [--cache-type f16|f32|bf16|q8_0] [--ubatch N] [--verbose]
 //
-// The prompt is decoded in ONE batch (one ubatch) with logits requested for every position, and the logits are
+// The prompt is decoded in ONE batch (one ubatch; --ubatch N: batches of N tokens, e.g. 1 to measure how far
+// llama.cpp's own batched and token-by-token paths differ) with logits requested for every position, and the logits are
 // written as raw little-endian float32 [n_positions][n_vocab], the format `sparrow logits` writes. The token ids
 // used are printed as "tokens: id id ...". With -n, N greedy steps follow (argmax, lowest id on ties, no stop at
 // end-of-generation tokens, so both engines always produce N ids) and print "greedy: id id ...".
@@ -36,6 +37,7 @@ struct Options {
   int n_threads = 0;  // 0: every hardware thread
   llama_flash_attn_type flash_attn = LLAMA_FLASH_ATTN_TYPE_AUTO;
   ggml_type cache_type = GGML_TYPE_F16;
+  int ubatch = 0;  // 0: the whole prompt in one batch
   bool verbose = false;
 };
 
@@ -44,7 +46,7 @@ struct Options {
 void print_usage() {
   std::fprintf(stderr,
                "usage: sparrow-peer-llama_logits -m MODEL (--tokens 1,2,3 | -p PROMPT) -o OUT.bin [-n N_GREEDY]\n"
-               "       [--threads T] [--fa auto|on|off] [--cache-type f16|f32|bf16|q8_0] [--verbose]\n");
+               "       [--threads T] [--fa auto|on|off] [--cache-type f16|f32|bf16|q8_0] [--ubatch N] [--verbose]\n");
 }
 
 long parse_integer(const std::string& text, const char* what) {
@@ -112,6 +114,9 @@ Options parse_options(int argc, char** argv) {
     } else if (flag == "-t" || flag == "--threads") {
       options.n_threads = static_cast<int>(parse_integer(value, "--threads"));
       if (options.n_threads < 1) fail("--threads: must be at least 1");
+    } else if (flag == "--ubatch") {
+      options.ubatch = static_cast<int>(parse_integer(value, "--ubatch"));
+      if (options.ubatch < 1) fail("--ubatch: must be at least 1");
     } else if (flag == "--fa") {
       options.flash_attn = parse_flash_attn(value);
     } else if (flag == "--cache-type") {
@@ -190,11 +195,11 @@ const float* logits_at(llama_context* ctx, int32_t batch_index) {
   return logits;
 }
 
-void write_logits(llama_context* ctx, int32_t n_positions, int32_t n_vocab, const std::string& path) {
+void write_logits(llama_context* ctx, int32_t n_positions, int32_t n_vocab, const std::string& path, bool append) {
   static_assert(sizeof(float) == 4, "float32 output");
   const uint16_t probe = 1;
   if (*reinterpret_cast<const uint8_t*>(&probe) != 1) fail("this program writes little-endian floats only");
-  FILE* out = std::fopen(path.c_str(), "wb");
+  FILE* out = std::fopen(path.c_str(), append ? "ab" : "wb");
   if (out == nullptr) fail(path + ": cannot open for writing: " + std::strerror(errno));
   for (int32_t i = 0; i < n_positions; ++i) {
     if (std::fwrite(logits_at(ctx, i), sizeof(float), static_cast<size_t>(n_vocab), out) != size_t(n_vocab)) {
@@ -228,8 +233,9 @@ int run(const Options& options) {
   const int32_t n_prompt = static_cast<int32_t>(prompt.size());
   llama_context_params context_params = llama_context_default_params();
   context_params.n_ctx = static_cast<uint32_t>(n_prompt + options.n_greedy + 1);
-  context_params.n_batch = static_cast<uint32_t>(n_prompt);  // the whole prompt is one ubatch
-  context_params.n_ubatch = static_cast<uint32_t>(n_prompt);
+  const int32_t batch = options.ubatch > 0 ? std::min(options.ubatch, n_prompt) : n_prompt;
+  context_params.n_batch = static_cast<uint32_t>(batch);
+  context_params.n_ubatch = static_cast<uint32_t>(batch);
   context_params.n_seq_max = 1;
   context_params.n_threads = options.n_threads;
   context_params.n_threads_batch = options.n_threads;
@@ -244,11 +250,16 @@ int run(const Options& options) {
   }
 
   try {
-    decode(ctx, prompt, 0, /*all_logits=*/true);
-    write_logits(ctx, n_prompt, n_vocab, options.out_path);
+    int32_t n = 0;
+    for (int32_t start = 0; start < n_prompt; start += batch) {
+      n = std::min(batch, n_prompt - start);
+      decode(ctx, std::vector<llama_token>(prompt.begin() + start, prompt.begin() + start + n), start,
+             /*all_logits=*/true);
+      write_logits(ctx, n, n_vocab, options.out_path, /*append=*/start > 0);
+    }
     if (options.n_greedy > 0) {
       std::vector<llama_token> generated;
-      llama_token next = argmax(logits_at(ctx, n_prompt - 1), n_vocab);
+      llama_token next = argmax(logits_at(ctx, n - 1), n_vocab);  // the last row of the last batch
       generated.push_back(next);
       for (int step = 1; step < options.n_greedy; ++step) {
         decode(ctx, {next}, n_prompt + step - 1, /*all_logits=*/false);
