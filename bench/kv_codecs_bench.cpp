@@ -4,6 +4,8 @@
 //   encode/<codec>/d:<d>      encode kTokens head vectors into a cache                 (cache bytes written)
 //   score/<codec>/d:<d>       one prepared query against kTokens cached blocks          (cache bytes read)
 //   accumulate/<codec>/d:<d>  weighted sum of kTokens cached blocks into one accumulator (cache bytes read)
+//   expand/<codec>/d:<d>      kTokens cached blocks to basis rows, kExpandTile per call  (cache bytes read;
+//                             rows_bytes_per_second: rows written)
 //   memcpy/d:<d>              memcpy of kTokens f16 head vectors (2d bytes each)
 //
 // bytes_per_second counts block bytes (the cache), so a codec's figure compares directly with memcpy's and
@@ -27,6 +29,8 @@ using sparrow::formats::KvCodecOps;
 
 constexpr int kTokens = 2048;
 constexpr int kHeadDims[] = {64, 128, 256, 512};
+// Blocks per expand call, as attention's kKeyBlock (src/cpu/attention.cpp): the rows stay in L1/L2.
+constexpr int kExpandTile = 32;
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -93,6 +97,24 @@ void accumulate_bench(benchmark::State& state, const KvCodecInfo* info, int d) {
   report(state, cache.bytes.size(), *info, d);
 }
 
+void expand_bench(benchmark::State& state, const KvCodecInfo* info, int d) {
+  const KvCodecOps& ops = sparrow::cpu::kv_codec_ops(info->codec);
+  const sparrow::cpu::ExpandBlocks expand = sparrow::cpu::kv_expand_blocks(info->codec);
+  Cache cache(*info, ops, d);
+  const size_t row_floats = info->query_floats(d);
+  std::vector<float> rows(kExpandTile * row_floats);
+  for (auto _ : state) {
+    for (int t = 0; t < kTokens; t += kExpandTile) {
+      expand(cache.bytes.data() + t * cache.block_bytes, kExpandTile, d, rows.data());
+      benchmark::DoNotOptimize(rows.data());
+      benchmark::ClobberMemory();
+    }
+  }
+  report(state, cache.bytes.size(), *info, d);
+  state.counters["rows_bytes_per_second"] = benchmark::Counter(
+      double(state.iterations()) * kTokens * row_floats * sizeof(float), benchmark::Counter::kIsRate);
+}
+
 void memcpy_bench(benchmark::State& state, int d) {
   const size_t n = size_t(kTokens) * 2 * d;
   std::vector<uint8_t> src(n, 1), dst(n);
@@ -111,7 +133,7 @@ void register_all() {
   }
   using Bench = void (*)(benchmark::State&, const KvCodecInfo*, int);
   const std::pair<const char*, Bench> ops[] = {
-      {"encode", encode_bench}, {"score", score_bench}, {"accumulate", accumulate_bench}};
+      {"encode", encode_bench}, {"score", score_bench}, {"accumulate", accumulate_bench}, {"expand", expand_bench}};
   for (const auto& [op, fn] : ops) {
     for (const KvCodecInfo& info : sparrow::formats::kv_codecs()) {
       for (int d : kHeadDims) {

@@ -8,4 +8,11 @@ namespace sparrow::cpu {
 // The optimized ops of a codec. Every codec has one: there is no "unsupported" entry.
 const formats::KvCodecOps& kv_codec_ops(formats::KvCodec codec);
 
+// Attention's batched view of a codec: n consecutive blocks (block_bytes(d) apart) -> n rows of the codec's
+// basis, query_floats(d) floats each, such that score(q', block j) == <q', rows[j]> and
+// accumulate(w, block j, acc) adds w * rows[j]. One call expands a tile of keys or values that every query
+// row of an attention task then shares.
+using ExpandBlocks = void (*)(const uint8_t* blocks, int n, int d, float* rows);
+ExpandBlocks kv_expand_blocks(formats::KvCodec codec);
+
 }  // namespace sparrow::cpu

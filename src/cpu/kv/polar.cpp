@@ -258,6 +258,12 @@ void Polar4Accumulate(float w, const uint8_t* block, int d, float* acc) {
   });
 }
 
+// The rows of n consecutive blocks: the reconstruction in the rotated basis (decode's values).
+void Polar4Expand(const uint8_t* blocks, int n, int d, float* rows) {
+  const size_t block_bytes = size_t(d / polar::kChunkElements) * polar::kChunkBytes;
+  for (int j = 0; j < n; ++j, blocks += block_bytes, rows += d) Polar4DecodeRotated(blocks, d, rows);
+}
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -274,6 +280,7 @@ HWY_EXPORT(Polar4EncodeRotated);
 HWY_EXPORT(Polar4DecodeRotated);
 HWY_EXPORT(Polar4Score);
 HWY_EXPORT(Polar4Accumulate);
+HWY_EXPORT(Polar4Expand);
 
 namespace {
 
@@ -324,6 +331,11 @@ constexpr formats::KvCodecOps kOps = {encode, decode, prepare_query, score, accu
 }  // namespace
 
 const formats::KvCodecOps& polar4_ops() { return kOps; }
+
+void polar4_expand(const uint8_t* blocks, int n, int d, float* rows) {
+  check_head_dim("expand", d);
+  HWY_DYNAMIC_DISPATCH(Polar4Expand)(blocks, n, d, rows);
+}
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -24,7 +24,7 @@ void QjlEncode(const float* k, int d, uint8_t* block) {
 }
 
 float QjlScaledNorm(const uint8_t* block, int m) {
-  return qjl::estimator_scale(m) * formats::turboquant::load_norm(block);
+  return qjl::estimator_scale(m) * ts::LoadNorm(block);
 }
 
 void QjlDecode(const uint8_t* block, int d, float* x) {
@@ -54,6 +54,15 @@ void QjlFinish(const float* acc, int d, float* out) {
   ts::ProjectTransposed(qjl::projection(m, d), acc, m, d, out);
 }
 
+// The rows of n consecutive blocks in the sketch basis: sqrt(pi/2)/m ||k|| sign(S k), m = 2d floats each.
+void QjlExpand(const uint8_t* blocks, int n, int d, float* rows) {
+  const int m = qjl::kCodecRowsPerDim * d;
+  const size_t block_bytes = 2 + size_t(m) / 8;
+  for (int j = 0; j < n; ++j, blocks += block_bytes, rows += m) {
+    ts::SignedFill(QjlScaledNorm(blocks, m), blocks + 2, m, rows);
+  }
+}
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -69,6 +78,7 @@ HWY_EXPORT(QjlPrepareQuery);
 HWY_EXPORT(QjlScore);
 HWY_EXPORT(QjlAccumulate);
 HWY_EXPORT(QjlFinish);
+HWY_EXPORT(QjlExpand);
 
 namespace {
 
@@ -103,6 +113,11 @@ void finish(const float* acc, int d, float* out) {
 }
 
 }  // namespace
+
+void qjl_expand(const uint8_t* blocks, int n, int d, float* rows) {
+  check(d);
+  HWY_DYNAMIC_DISPATCH(QjlExpand)(blocks, n, d, rows);
+}
 
 const formats::KvCodecOps& qjl_ops() {
   static const formats::KvCodecOps table = {encode, decode, prepare_query, score, accumulate, finish};

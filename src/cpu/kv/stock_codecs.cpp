@@ -1,8 +1,8 @@
-// Optimized CPU ops of the stock KV codecs (f16, bf16, q8_0, q4_0), compiled once per SIMD target through
+// Optimized CPU ops of the stock KV codecs (f32, f16, bf16, q8_0, q4_0), compiled once per SIMD target through
 // hwy/foreach_target.h and picked at run time. Same bytes and same results as the references in
 // formats/kv/stock_codecs.cpp: encode and decode are bit-exact on every target (the rounding is done with
 // integer and exactly-rounded float operations, never with a target's own conversion, some of which truncate),
-// score and accumulate differ only by float summation order.
+// score and accumulate differ only by float summation order; expand writes exactly decode's values.
 //
 // Head dims are 64..512 and vectors hold at most 16 floats, so every loop below runs a whole number of
 // vectors (d / N is a multiple of 4; a 32-element block is 32 / N vectors, a half block 16 / N).
@@ -72,6 +72,21 @@ HWY_INLINE float LoadScale(const uint8_t* p) {
 HWY_INLINE void StoreScale(float d, uint8_t* p) {
   const fmt::f16_bits h = fmt::f32_to_f16(d);
   std::memcpy(p, &h, 2);
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// f32: d floats, stored as they are.
+
+float F32Score(const float* q, const uint8_t* block, int d) {
+  return DotFloats(q, reinterpret_cast<const float*>(block), d);
+}
+
+void F32Accumulate(float w, const uint8_t* block, int d, float* acc) {
+  const DF df;
+  const int N = int(hn::Lanes(df));
+  const float* x = reinterpret_cast<const float*>(block);
+  const VF vw = hn::Set(df, w);
+  for (int i = 0; i < d; i += N) hn::StoreU(hn::MulAdd(vw, hn::LoadU(df, x + i), hn::LoadU(df, acc + i)), df, acc + i);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -356,14 +371,29 @@ void Q4_0Accumulate(float w, const uint8_t* block, int d, float* acc) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Expand: a stock codec's row is its decoded head vector, and n blocks back to back are one run of n * d
+// elements in the same layout (q8_0 and q4_0: d / 32 weight blocks per head vector), so expanding them is
+// decoding that run (f32 rows are the blocks themselves: a memcpy, below).
+
+void F16Expand(const uint8_t* blocks, int n, int d, float* rows) { F16Decode(blocks, n * d, rows); }
+void Bf16Expand(const uint8_t* blocks, int n, int d, float* rows) { Bf16Decode(blocks, n * d, rows); }
+void Q8_0Expand(const uint8_t* blocks, int n, int d, float* rows) { Q8_0Decode(blocks, n * d, rows); }
+void Q4_0Expand(const uint8_t* blocks, int n, int d, float* rows) { Q4_0Decode(blocks, n * d, rows); }
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <string>
+
 #include "cpu/kv/cpu_codec_registry.h"
+#include "util/error.h"
 
 namespace sparrow::cpu {
 
+HWY_EXPORT(F32Score);
+HWY_EXPORT(F32Accumulate);
 HWY_EXPORT(F16Encode);
 HWY_EXPORT(F16Decode);
 HWY_EXPORT(F16Score);
@@ -380,6 +410,10 @@ HWY_EXPORT(Q4_0Encode);
 HWY_EXPORT(Q4_0Decode);
 HWY_EXPORT(Q4_0Score);
 HWY_EXPORT(Q4_0Accumulate);
+HWY_EXPORT(F16Expand);
+HWY_EXPORT(Bf16Expand);
+HWY_EXPORT(Q8_0Expand);
+HWY_EXPORT(Q4_0Expand);
 
 namespace {
 
@@ -388,7 +422,14 @@ void copy_floats(const float* in, int d, float* out) {
   if (in != out) std::memmove(out, in, sizeof(float) * size_t(d));
 }
 
+void copy_block(const float* x, int d, uint8_t* b) { std::memcpy(b, x, sizeof(float) * size_t(d)); }
+void copy_to_floats(const uint8_t* b, int d, float* x) { std::memcpy(x, b, sizeof(float) * size_t(d)); }
+
 // KvCodecOps holds plain function pointers; these forward to the best target compiled in.
+float f32_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(F32Score)(q, b, d); }
+void f32_accumulate(float w, const uint8_t* b, int d, float* a) {
+  HWY_DYNAMIC_DISPATCH(F32Accumulate)(w, b, d, a);
+}
 void f16_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(F16Encode)(x, d, b); }
 void f16_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(F16Decode)(b, d, x); }
 float f16_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(F16Score)(q, b, d); }
@@ -414,7 +455,41 @@ void q4_0_accumulate(float w, const uint8_t* b, int d, float* a) {
   HWY_DYNAMIC_DISPATCH(Q4_0Accumulate)(w, b, d, a);
 }
 
+void check_head_dim(const char* codec, int d) {
+  if (!formats::kv_head_dim_supported(d)) {
+    throw Error(std::string("kv codec ") + codec + " expand: head dim " + std::to_string(d) +
+                " is not supported (expected 64, 128, 256 or 512)");
+  }
+}
+
 }  // namespace
+
+void f32_expand(const uint8_t* blocks, int n, int d, float* rows) {
+  check_head_dim("f32", d);
+  std::memcpy(rows, blocks, sizeof(float) * size_t(n) * size_t(d));
+}
+void f16_expand(const uint8_t* blocks, int n, int d, float* rows) {
+  check_head_dim("f16", d);
+  HWY_DYNAMIC_DISPATCH(F16Expand)(blocks, n, d, rows);
+}
+void bf16_expand(const uint8_t* blocks, int n, int d, float* rows) {
+  check_head_dim("bf16", d);
+  HWY_DYNAMIC_DISPATCH(Bf16Expand)(blocks, n, d, rows);
+}
+void q8_0_expand(const uint8_t* blocks, int n, int d, float* rows) {
+  check_head_dim("q8_0", d);
+  HWY_DYNAMIC_DISPATCH(Q8_0Expand)(blocks, n, d, rows);
+}
+void q4_0_expand(const uint8_t* blocks, int n, int d, float* rows) {
+  check_head_dim("q4_0", d);
+  HWY_DYNAMIC_DISPATCH(Q4_0Expand)(blocks, n, d, rows);
+}
+
+const formats::KvCodecOps& f32_ops() {
+  static const formats::KvCodecOps ops{copy_block, copy_to_floats, copy_floats,
+                                       f32_score,  f32_accumulate, copy_floats};
+  return ops;
+}
 
 const formats::KvCodecOps& f16_ops() {
   static const formats::KvCodecOps ops{f16_encode, f16_decode,     copy_floats,

@@ -260,6 +260,19 @@ void Tcq3Accumulate(float w, const uint8_t* b, int d, float* acc) {
   Scaled<3, 9, true>(tcq::tcq3_trellis(), w, b, d, acc);
 }
 
+// The rows of n consecutive blocks: y^ in the rotated basis, norm * cb[state] per element (decode's values).
+template <int kBits, int kStateBits>
+void Expand(const tcq::Trellis& tr, const uint8_t* blocks, int n, int d, float* rows) {
+  const int sub = tcq::sub_block_size(d);
+  const size_t block_bytes = size_t(d / sub) * tr.sub_block_bytes(sub);
+  for (int j = 0; j < n; ++j, blocks += block_bytes, rows += d) {
+    Scaled<kBits, kStateBits, false>(tr, 1.0f, blocks, d, rows);
+  }
+}
+
+void Tcq2Expand(const uint8_t* b, int n, int d, float* rows) { Expand<2, 8>(tcq::tcq2_trellis(), b, n, d, rows); }
+void Tcq3Expand(const uint8_t* b, int n, int d, float* rows) { Expand<3, 9>(tcq::tcq3_trellis(), b, n, d, rows); }
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -278,6 +291,8 @@ HWY_EXPORT(Tcq2Score);
 HWY_EXPORT(Tcq3Score);
 HWY_EXPORT(Tcq2Accumulate);
 HWY_EXPORT(Tcq3Accumulate);
+HWY_EXPORT(Tcq2Expand);
+HWY_EXPORT(Tcq3Expand);
 
 namespace {
 
@@ -334,6 +349,13 @@ void finish(const float* acc, int d, float* out) {
 }
 
 template <int kBits>
+void expand(const uint8_t* blocks, int n, int d, float* rows) {
+  tcq::check_head_dim(trellis<kBits>(), "expand", d);
+  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2Expand)(blocks, n, d, rows);
+  else HWY_DYNAMIC_DISPATCH(Tcq3Expand)(blocks, n, d, rows);
+}
+
+template <int kBits>
 constexpr formats::KvCodecOps kOps = {encode<kBits>, decode<kBits>,     prepare_query<kBits>,
                                       score<kBits>,  accumulate<kBits>, finish<kBits>};
 
@@ -341,6 +363,8 @@ constexpr formats::KvCodecOps kOps = {encode<kBits>, decode<kBits>,     prepare_
 
 const formats::KvCodecOps& tcq2_ops() { return kOps<2>; }
 const formats::KvCodecOps& tcq3_ops() { return kOps<3>; }
+void tcq2_expand(const uint8_t* blocks, int n, int d, float* rows) { expand<2>(blocks, n, d, rows); }
+void tcq3_expand(const uint8_t* blocks, int n, int d, float* rows) { expand<3>(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -204,6 +204,14 @@ HWY_INLINE VF SubBlockDot(const uint8_t* packed, int n, const float* table, cons
 // ---------------------------------------------------------------------------------------------------------
 // MSE blocks (d / n sub-blocks of [fp16 norm][codes]).
 
+// The fp16 norm at p (any alignment), as formats::turboquant::load_norm returns it but inline: that one is a
+// call per sub-block. Every target's f16 -> f32 promotion is exact.
+HWY_INLINE float LoadNorm(const uint8_t* p) {
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh;
+  return hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p))));
+}
+
 // <q, y^> over a whole block in the rotated basis.
 template <int kBits>
 HWY_INLINE float MseScore(const float* q, const uint8_t* block, int d, const fmt::LloydMaxCodebook& book) {
@@ -214,7 +222,7 @@ HWY_INLINE float MseScore(const float* q, const uint8_t* block, int d, const fmt
   for (int s = 0; s < d / n; ++s) {
     const uint8_t* sub = block + s * stride;
     const VF dot = SubBlockDot<kBits>(sub + 2, n, book.centroids, q + s * n);
-    total = hn::MulAdd(dot, hn::Set(df, fmt::turboquant::load_norm(sub)), total);
+    total = hn::MulAdd(dot, hn::Set(df, LoadNorm(sub)), total);
   }
   return ReduceSum(total);
 }
@@ -228,7 +236,7 @@ HWY_INLINE void MseAccumulate(float w, const uint8_t* block, int d, const fmt::L
   const size_t stride = fmt::turboquant::sub_block_bytes(n, kBits);
   for (int s = 0; s < d / n; ++s) {
     const uint8_t* sub = block + s * stride;
-    const float weight = w * fmt::turboquant::load_norm(sub);
+    const float weight = w * LoadNorm(sub);
     float* as = acc + s * n;
     ForEachCentroidVector<kBits>(sub + 2, n, book.centroids, [&](VF c, int e) {
       hn::StoreU(hn::MulAdd(c, hn::Set(df, weight), hn::LoadU(df, as + e)), df, as + e);
@@ -236,20 +244,36 @@ HWY_INLINE void MseAccumulate(float w, const uint8_t* block, int d, const fmt::L
   }
 }
 
-// y^ in the rotated basis.
+// Bytes of an MSE block of d elements: d / n sub-blocks.
+HWY_INLINE size_t MseBlockBytes(int d, int bits) {
+  const int n = fmt::turboquant::sub_block_size(d);
+  return size_t(d / n) * fmt::turboquant::sub_block_bytes(n, bits);
+}
+
+// y^ in the rotated basis: per sub-block, the codebook times the norm (one multiply per codebook entry, the
+// same product norm * centroid as the reference's), then one lookup per element. This is also the block's
+// expand row (accumulate(1, block) from zero).
 template <int kBits>
 HWY_INLINE void MseDecode(const uint8_t* block, int d, const fmt::LloydMaxCodebook& book, float* y) {
   const DF df;
+  const int N = int(hn::Lanes(df));
   const int n = fmt::turboquant::sub_block_size(d);
   const size_t stride = fmt::turboquant::sub_block_bytes(n, kBits);
+  HWY_ALIGN float scaled[16];  // LloydMaxCodebook::centroids: 16 floats, zero past the used levels
   for (int s = 0; s < d / n; ++s) {
     const uint8_t* sub = block + s * stride;
-    const float norm = fmt::turboquant::load_norm(sub);
+    const VF norm = hn::Set(df, LoadNorm(sub));
+    for (int i = 0; i < 16; i += N) hn::Store(hn::Mul(norm, hn::LoadU(df, book.centroids + i)), df, scaled + i);
     float* ys = y + s * n;
-    ForEachCentroidVector<kBits>(sub + 2, n, book.centroids, [&](VF c, int e) {
-      hn::StoreU(hn::Mul(hn::Set(df, norm), c), df, ys + e);
-    });
+    ForEachCentroidVector<kBits>(sub + 2, n, scaled, [&](VF value, int e) { hn::StoreU(value, df, ys + e); });
   }
+}
+
+// n consecutive MSE blocks of d elements -> n rows of d floats.
+template <int kBits>
+HWY_INLINE void MseExpand(const uint8_t* blocks, int n, int d, const fmt::LloydMaxCodebook& book, float* rows) {
+  const size_t block_bytes = MseBlockBytes(d, kBits);
+  for (int j = 0; j < n; ++j) MseDecode<kBits>(blocks + j * block_bytes, d, book, rows + size_t(j) * d);
 }
 
 // Codes of one sub-block of y (n floats), and the squared norm of their centroids.

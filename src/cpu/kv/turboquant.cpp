@@ -1,7 +1,8 @@
 // Optimized CPU ops of tbq2/tbq3/tbq4 (TurboQuant MSE), compiled once per SIMD target through
 // hwy/foreach_target.h and picked at run time; same bytes as formats/kv/turboquant.cpp. The kernels are in
 // cpu/kv/turboquant-inl.h. Encode may differ from the reference only for values within float rounding of a
-// Lloyd-Max boundary; score and accumulate only by float summation order.
+// Lloyd-Max boundary; score and accumulate only by float summation order. Expand writes exactly the
+// reference's reconstruction in the rotated basis.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kv/turboquant.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -50,6 +51,15 @@ void TbqAccumulate(float w, const uint8_t* block, int d, const LloydMaxCodebook&
   }
 }
 
+// The rows of n consecutive blocks: y^ in the rotated basis (codebook[code] * norm, nothing to un-rotate).
+void TbqExpand(const uint8_t* blocks, int n, int d, const LloydMaxCodebook& book, float* rows) {
+  switch (book.bits) {
+    case 2: ts::MseExpand<2>(blocks, n, d, book, rows); break;
+    case 3: ts::MseExpand<3>(blocks, n, d, book, rows); break;
+    default: ts::MseExpand<4>(blocks, n, d, book, rows); break;
+  }
+}
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -65,6 +75,7 @@ HWY_EXPORT(TbqRotate);
 HWY_EXPORT(TbqUnrotate);
 HWY_EXPORT(TbqScore);
 HWY_EXPORT(TbqAccumulate);
+HWY_EXPORT(TbqExpand);
 
 namespace {
 
@@ -107,6 +118,10 @@ struct TbqOps {
     check(d);
     HWY_DYNAMIC_DISPATCH(TbqUnrotate)(acc, d, out);
   }
+  static void expand(const uint8_t* blocks, int n, int d, float* rows) {
+    check(d);
+    HWY_DYNAMIC_DISPATCH(TbqExpand)(blocks, n, d, book(d), rows);
+  }
 
   static const formats::KvCodecOps& ops() {
     static const formats::KvCodecOps table = {encode, decode, prepare_query, score, accumulate, finish};
@@ -119,6 +134,9 @@ struct TbqOps {
 const formats::KvCodecOps& tbq2_ops() { return TbqOps<2>::ops(); }
 const formats::KvCodecOps& tbq3_ops() { return TbqOps<3>::ops(); }
 const formats::KvCodecOps& tbq4_ops() { return TbqOps<4>::ops(); }
+void tbq2_expand(const uint8_t* blocks, int n, int d, float* rows) { TbqOps<2>::expand(blocks, n, d, rows); }
+void tbq3_expand(const uint8_t* blocks, int n, int d, float* rows) { TbqOps<3>::expand(blocks, n, d, rows); }
+void tbq4_expand(const uint8_t* blocks, int n, int d, float* rows) { TbqOps<4>::expand(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -21,8 +21,8 @@ struct ResidualSketch {
 };
 
 ResidualSketch ResidualAt(const uint8_t* block, int d, const LloydMaxCodebook& mse_book) {
-  const uint8_t* part = block + formats::turboquant::mse_block_bytes("tbq-prod", d, mse_book.bits);
-  return {formats::qjl::estimator_scale(d) * formats::turboquant::load_norm(part), part + 2};
+  const uint8_t* part = block + ts::MseBlockBytes(d, mse_book.bits);
+  return {formats::qjl::estimator_scale(d) * ts::LoadNorm(part), part + 2};
 }
 
 void TbqProdEncode(const float* x, int d, const LloydMaxCodebook& mse_book, uint8_t* block) {
@@ -88,6 +88,25 @@ void TbqProdFinish(const float* acc, int d, float* out) {
   ts::Unrotate(y, d, out);
 }
 
+// The rows of n consecutive blocks: [y^_mse, sqrt(pi/2)/d ||r|| sign(S r)], the accumulator's two bases.
+template <int kMseBits>
+void ExpandBlocks(const uint8_t* blocks, int n, int d, const LloydMaxCodebook& mse_book, float* rows) {
+  const size_t block_bytes = ts::MseBlockBytes(d, kMseBits) + 2 + size_t(d) / 8;
+  for (int j = 0; j < n; ++j, blocks += block_bytes, rows += 2 * size_t(d)) {
+    ts::MseDecode<kMseBits>(blocks, d, mse_book, rows);
+    const ResidualSketch sketch = ResidualAt(blocks, d, mse_book);
+    ts::SignedFill(sketch.scaled_norm, sketch.signs, d, rows + d);
+  }
+}
+
+void TbqProdExpand(const uint8_t* blocks, int n, int d, const LloydMaxCodebook& mse_book, float* rows) {
+  if (mse_book.bits == 2) {
+    ExpandBlocks<2>(blocks, n, d, mse_book, rows);
+  } else {
+    ExpandBlocks<3>(blocks, n, d, mse_book, rows);
+  }
+}
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -103,6 +122,7 @@ HWY_EXPORT(TbqProdPrepareQuery);
 HWY_EXPORT(TbqProdScore);
 HWY_EXPORT(TbqProdAccumulate);
 HWY_EXPORT(TbqProdFinish);
+HWY_EXPORT(TbqProdExpand);
 
 namespace {
 
@@ -143,6 +163,10 @@ struct TbqProdOps {
     check(d);
     HWY_DYNAMIC_DISPATCH(TbqProdFinish)(acc, d, out);
   }
+  static void expand(const uint8_t* blocks, int n, int d, float* rows) {
+    check(d);
+    HWY_DYNAMIC_DISPATCH(TbqProdExpand)(blocks, n, d, mse_book(d), rows);
+  }
 
   static const formats::KvCodecOps& ops() {
     static const formats::KvCodecOps table = {encode, decode, prepare_query, score, accumulate, finish};
@@ -154,6 +178,8 @@ struct TbqProdOps {
 
 const formats::KvCodecOps& tbq3p_ops() { return TbqProdOps<3>::ops(); }
 const formats::KvCodecOps& tbq4p_ops() { return TbqProdOps<4>::ops(); }
+void tbq3p_expand(const uint8_t* blocks, int n, int d, float* rows) { TbqProdOps<3>::expand(blocks, n, d, rows); }
+void tbq4p_expand(const uint8_t* blocks, int n, int d, float* rows) { TbqProdOps<4>::expand(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE
