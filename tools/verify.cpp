@@ -1,5 +1,6 @@
 // `sparrow verify`: every KV codec x op x head dim of a backend against the reference outputs in the committed
-// fixtures (tests/fixtures/kv), printed as a matrix; non-zero exit unless every cell passed. A codec the
+// fixtures (tests/fixtures/kv), then attention over every K codec x V codec pair (verify/attention_cells.h),
+// printed as matrices; non-zero exit unless every cell passed. A codec the
 // backend lacks, a codec without a fixture and a backend this build or machine cannot run are failures, never
 // silent passes. `--write-fixtures DIR` regenerates the fixtures from the references (fixed seeds, identical
 // bytes on regeneration). Details: docs/verify.md.
@@ -16,6 +17,7 @@
 #include "commands.h"
 #include "formats/kv/kv_codec.h"
 #include "util/error.h"
+#include "verify/attention_cells.h"
 #include "verify/backend.h"
 #include "verify/fixture.h"
 
@@ -83,7 +85,20 @@ Json report_json(const verify::Report& report) {
     for (const auto& [d, value] : s.mse_unit_gaussian) mse[std::to_string(d)] = number_or_null(value);
     codecs.push_back({{"name", s.name}, {"bits_per_element", s.bits_per_element}, {"mse_unit_gaussian", mse}});
   }
-  return {{"backend", report.backend}, {"cells", cells}, {"codecs", codecs}};
+  Json attention = Json::array();
+  for (const verify::AttentionCell& c : report.attention) {
+    attention.push_back({{"k_codec", c.k_codec},
+                         {"v_codec", c.v_codec},
+                         {"heads", std::to_string(c.n_heads) + "/" + std::to_string(c.n_kv_heads)},
+                         {"n_kv", c.n_kv},
+                         {"mask", std::string(verify::mask_name(c.mask))},
+                         {"head_dim", c.head_dim},
+                         {"passed", c.passed},
+                         {"total", c.total},
+                         {"max_err", number_or_null(c.max_err)},
+                         {"status", std::string(verify::status_name(c.status))}});
+  }
+  return {{"backend", report.backend}, {"cells", cells}, {"codecs", codecs}, {"attention", attention}};
 }
 
 int write_fixtures(const VerifyOptions& o) {
@@ -112,15 +127,18 @@ int run_verify(const VerifyOptions& o) {
   bool all_passed = true;
   for (const std::string& name : backends) {
     const std::unique_ptr<verify::Backend> backend = verify::make_backend(name);
-    const verify::Report report = verify::run_verify(*backend, fixtures, codecs);
+    verify::Report report = verify::run_verify(*backend, fixtures, codecs);
+    report.attention = verify::run_attention_cells(*backend, codecs);
     std::cout << verify::format_report(report) << std::flush;
+    const size_t n_cells = report.cells.size() + report.attention.size();
+    const size_t n_passed = size_t(report.count(verify::CellStatus::Passed)) +
+                            size_t(report.attention_count(verify::CellStatus::Passed));
     if (!report.unavailable.empty()) {
-      std::cerr << "error: backend " << name << " is unavailable (" << report.unavailable << "): all "
-                << report.cells.size() << " cells are missing\n";
+      std::cerr << "error: backend " << name << " is unavailable (" << report.unavailable << "): all " << n_cells
+                << " cells are missing\n";
     } else if (!report.all_passed()) {
-      std::cerr << "error: backend " << name << ": "
-                << report.cells.size() - size_t(report.count(verify::CellStatus::Passed)) << " of "
-                << report.cells.size() << " cells did not pass\n";
+      std::cerr << "error: backend " << name << ": " << n_cells - n_passed << " of " << n_cells
+                << " cells did not pass\n";
     }
     all_passed = all_passed && report.all_passed();
     reports.push_back(report_json(report));
@@ -137,7 +155,8 @@ int run_verify(const VerifyOptions& o) {
 
 void add_verify_command(CLI::App& app, int& exit_code) {
   auto* cmd =
-      app.add_subcommand("verify", "check every KV codec x op x head dim of a backend against the references");
+      app.add_subcommand("verify", "check every KV codec x op x head dim, and attention over every K x V codec "
+                                   "pair, of a backend against the references");
   auto o = std::make_shared<VerifyOptions>();
   cmd->add_option("--backend", o->backend, "backend to check")->check(CLI::IsMember({"cpu", "cuda", "all"}));
   cmd->add_option("--json", o->json_path, "write the matrix as JSON to this file");

@@ -122,6 +122,11 @@ void OpsTableBackend::finish(KvCodec codec, int d, const float* acc, int n, floa
   }
 }
 
+void OpsTableBackend::attention(const AttentionArgs& args) {
+  if (!attention_) throw Error("backend " + name_ + " has no attention kernel");
+  attention_(args);
+}
+
 void UnavailableBackend::unavailable() const { throw Error("backend " + name_ + " is unavailable: " + reason_); }
 
 }  // namespace sparrow::verify

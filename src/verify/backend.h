@@ -1,6 +1,6 @@
 #pragma once
-// What `sparrow verify` needs from a backend: the five KV codec ops, batched so a GPU backend can run each
-// matrix cell as a few kernel launches. All pointers are host memory; a device backend copies in and out.
+// What `sparrow verify` needs from a backend: the five KV codec ops and attention, batched so a GPU backend can
+// run each matrix cell as a few kernel launches. All pointers are host memory; a device backend copies in and out.
 // A backend names the codecs it lacks (supports() == false: the cell is "unsupported", which is a failure) and
 // says why it cannot run at all (unavailable_reason(): every cell is "missing", also a failure).
 #include <functional>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "formats/kv/kv_codec.h"
+#include "ops/backend.h"
 
 namespace sparrow::verify {
 
@@ -34,15 +35,21 @@ class Backend {
                           const uint8_t* blocks, int n_blocks, float* acc) = 0;
   // out[s][d] = finish(acc[s]).
   virtual void finish(formats::KvCodec codec, int d, const float* acc, int n, float* out) = 0;
+  // sparrow::Backend::attention on host memory: args.q and args.out as documented there; args.kv.k and
+  // args.kv.v each hold n_kv_heads x capacity blocks of their codec in the head-major layout of KvLayerView.
+  virtual void attention(const AttentionArgs& args) = 0;
 };
 
 // A backend made of one KvCodecOps table per codec (the CPU's, a reference's, a test's deliberately broken
-// one). `ops_for` returns nullptr for a codec the backend lacks. Every call runs in guarded buffers: an op
-// that writes past its block, prepared query, accumulator or output throws sparrow::Error.
+// one) and an attention kernel (none: attention throws). `ops_for` returns nullptr for a codec the backend
+// lacks. Every codec op runs in guarded buffers: an op that writes past its block, prepared query, accumulator
+// or output throws sparrow::Error.
 class OpsTableBackend : public Backend {
  public:
   using OpsLookup = std::function<const formats::KvCodecOps*(formats::KvCodec)>;
-  OpsTableBackend(std::string name, OpsLookup ops_for) : name_(std::move(name)), ops_for_(std::move(ops_for)) {}
+  using AttentionKernel = std::function<void(const AttentionArgs&)>;
+  OpsTableBackend(std::string name, OpsLookup ops_for, AttentionKernel attention = {})
+      : name_(std::move(name)), ops_for_(std::move(ops_for)), attention_(std::move(attention)) {}
 
   std::string name() const override { return name_; }
   std::string unavailable_reason() const override { return ""; }
@@ -54,11 +61,13 @@ class OpsTableBackend : public Backend {
   void accumulate(formats::KvCodec codec, int d, const float* weights, int n_sequences, const uint8_t* blocks,
                   int n_blocks, float* acc) override;
   void finish(formats::KvCodec codec, int d, const float* acc, int n, float* out) override;
+  void attention(const AttentionArgs& args) override;
 
  private:
   const formats::KvCodecOps& ops(formats::KvCodec codec) const;
   std::string name_;
   OpsLookup ops_for_;
+  AttentionKernel attention_;
 };
 
 // A backend this build or machine cannot run: every cell is missing, with `reason`.
@@ -75,6 +84,7 @@ class UnavailableBackend : public Backend {
     unavailable();
   }
   void finish(formats::KvCodec, int, const float*, int, float*) override { unavailable(); }
+  void attention(const AttentionArgs&) override { unavailable(); }
 
  private:
   [[noreturn]] void unavailable() const;

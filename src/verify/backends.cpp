@@ -10,8 +10,10 @@ std::vector<std::string> backend_names() { return {"cpu", "cuda"}; }
 
 std::unique_ptr<Backend> make_backend(std::string_view name) {
   if (name == "cpu") {
-    return std::make_unique<OpsTableBackend>("cpu",
-                                             [](formats::KvCodec codec) { return &cpu::kv_codec_ops(codec); });
+    std::shared_ptr<sparrow::Backend> kernels = make_cpu_backend(0);
+    return std::make_unique<OpsTableBackend>(
+        "cpu", [](formats::KvCodec codec) { return &cpu::kv_codec_ops(codec); },
+        [kernels](const AttentionArgs& args) { kernels->attention(args); });
   }
   if (name == "cuda") {
     return std::make_unique<UnavailableBackend>(

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "util/error.h"
+#include "verify/attention_cells.h"
 
 namespace sparrow::verify {
 namespace {
@@ -296,6 +297,16 @@ int Report::count(CellStatus status) const {
   return int(std::count_if(cells.begin(), cells.end(), [&](const Cell& c) { return c.status == status; }));
 }
 
+int Report::attention_count(CellStatus status) const {
+  return int(std::count_if(attention.begin(), attention.end(),
+                           [&](const AttentionCell& c) { return c.status == status; }));
+}
+
+bool Report::all_passed() const {
+  return !cells.empty() && count(CellStatus::Passed) == int(cells.size()) &&
+         attention_count(CellStatus::Passed) == int(attention.size());
+}
+
 Report run_verify(Backend& backend, const Fixtures& fixtures, std::span<const KvCodecInfo> codecs) {
   Report report;
   report.backend = backend.name();
@@ -406,6 +417,7 @@ std::string format_report(const Report& report) {
     if (s.mse_unit_gaussian.empty()) out << "  (not measured)";
     out << "\n";
   }
+  if (!report.attention.empty()) out << format_attention_cells(report.attention);
   return out.str();
 }
 

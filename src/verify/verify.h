@@ -45,6 +45,19 @@ struct Cell {
   std::string note;  // why the cell did not pass ("" when it did)
 };
 
+// A cell of attention over one (K codec, V codec) pair (verify/attention_cells.h); a case is one output row.
+enum class Mask : uint8_t { Causal, Windowed };
+struct AttentionCell {
+  std::string k_codec, v_codec;
+  int n_heads = 0, n_kv_heads = 0, n_kv = 0;
+  Mask mask = Mask::Causal;
+  int head_dim = 0;
+  int passed = 0, total = 0;
+  double max_err = 0;  // in units of max|v^|; NaN when the cell did not run
+  CellStatus status = CellStatus::Missing;
+  std::string note;
+};
+
 struct CodecSummary {
   std::string name;
   double bits_per_element = 0;              // at head dim 128
@@ -58,8 +71,10 @@ struct Report {
   std::string unavailable;  // why the backend could not run at all ("" if it ran)
   std::vector<Cell> cells;  // codecs in registry order, then ops, then head dims
   std::vector<CodecSummary> codecs;
-  int count(CellStatus status) const;
-  bool all_passed() const { return !cells.empty() && count(CellStatus::Passed) == int(cells.size()); }
+  std::vector<AttentionCell> attention;  // run_attention_cells(), when the caller ran them
+  int count(CellStatus status) const;    // of `cells`
+  int attention_count(CellStatus status) const;
+  bool all_passed() const;               // every codec cell and every attention cell
 };
 
 // Checks `backend` on every codec in `codecs` (all registered codecs unless given) x op x head dim.
@@ -67,7 +82,7 @@ Report run_verify(Backend& backend, const Fixtures& fixtures,
                   std::span<const formats::KvCodecInfo> codecs = formats::kv_codecs());
 
 // The report as a table for people: one row per codec and op, one column per head dim, then the notes of the
-// cells that did not pass and the MSE per codec.
+// cells that did not pass and the MSE per codec; then the attention cells, if any.
 std::string format_report(const Report& report);
 
 }  // namespace sparrow::verify
