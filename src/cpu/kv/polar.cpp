@@ -6,11 +6,10 @@
 // comparing the pair against the cell boundaries (psi > theta <=> b cos theta > a sin theta for a, b >= 0; the
 // level-1 circle is folded into its first quadrant by the signs). It may differ from the reference only where an
 // angle or norm lies within float rounding of a cell boundary or an fp16 tie.
-// Decode, score, accumulate: within a group of 16 coordinates, the level-3 and level-4 factors and the radius are
-// constant over each run of 4 coordinates, so a quad is radius2 (one scalar) times a 4-float row selected by the
-// level-2 code (cos, cos, sin, sin) times a 4-float row selected by the level-1 byte (cos, sin, cos, sin of its two
-// angles). Decode multiplies in the reference's order and is bit-exact; score and accumulate fold the query or
-// weight in and differ only by float rounding.
+// Decode, score, accumulate, expand: a coordinate is its group's radius times one cos or sin factor per level;
+// a vector of coordinates finds its four levels' codes with per-lane shifts of two words of the group's codes and
+// looks the factors up in registers (ForEachGroupVector). Decode and expand multiply in the reference's order and
+// are bit-exact; score and accumulate fold the query or weight in and differ only by float rounding.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kv/polar.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -29,8 +28,8 @@ namespace polar = formats::polar;
 
 using DF = hn::CappedTag<float, 16>;
 using VF = hn::Vec<DF>;
-using DQ = hn::CappedTag<float, 4>;  // one quad of coordinates (1 lane on the scalar target)
-using VQ = hn::Vec<DQ>;
+using DU = hn::RebindToUnsigned<DF>;
+using DI = hn::RebindToSigned<DF>;
 
 // ---------------------------------------------------------------------------------------------------------
 // Encode.
@@ -159,102 +158,132 @@ void Polar4EncodeRotated(const float* y, int d, uint8_t* block) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Decode, score, accumulate.
+// Decode, score, accumulate, expand.
 
-struct QuadTables {
-  HWY_ALIGN float level1[256][4];  // byte of two level-1 codes -> cos lo, sin lo, cos hi, sin hi
-  HWY_ALIGN float level2[4][4];    // level-2 code -> cos, cos, sin, sin
+// Per-lane constants of a group's 16 coordinates e (see ForEachGroupVector): where each level's code of e sits in
+// the group's code words, and which half of that level's [cos, sin] table e reads.
+struct LaneFields {
+  HWY_ALIGN uint32_t level1_shift[16] = {}, level1_half[16] = {};
+  HWY_ALIGN uint32_t level2_shift[16] = {}, level2_half[16] = {};
+  HWY_ALIGN uint32_t level3_shift[16] = {}, level3_half[16] = {};
+  HWY_ALIGN uint32_t level4_half[16] = {};
+  constexpr LaneFields() {
+    for (uint32_t e = 0; e < 16; ++e) {
+      level1_shift[e] = 4 * (e >> 1);       // pair e / 2: nibble e / 2 of the four level-1 bytes
+      level1_half[e] = 16 * (e & 1);        // sin for the second coordinate of the pair
+      level2_shift[e] = 2 * (e >> 2);       // node e / 4: bits 2 (e / 4) of the level-2 byte
+      level2_half[e] = 4 * ((e >> 1) & 1);
+      level3_shift[e] = 8 + 2 * (e >> 3);   // node e / 8: bits 2 (e / 8) of the group's level-3 nibble
+      level3_half[e] = 4 * ((e >> 2) & 1);
+      level4_half[e] = 4 * ((e >> 3) & 1);
+    }
+  }
 };
 
-const QuadTables& Tables() {
-  static const QuadTables tables = [] {
-    QuadTables t;
-    const polar::AngleCodebook &l1 = polar::angle_codebook(1), &l2 = polar::angle_codebook(2);
-    for (int byte = 0; byte < 256; ++byte) {
-      const int lo = byte & 15, hi = byte >> 4;
-      t.level1[byte][0] = l1.cos[lo];
-      t.level1[byte][1] = l1.sin[lo];
-      t.level1[byte][2] = l1.cos[hi];
-      t.level1[byte][3] = l1.sin[hi];
-    }
-    for (int c = 0; c < 4; ++c) {
-      t.level2[c][0] = t.level2[c][1] = l2.cos[c];
-      t.level2[c][2] = t.level2[c][3] = l2.sin[c];
+// Each level's factors, cos then sin, zero-padded to a whole number of 16-lane vectors.
+struct FactorTables {
+  HWY_ALIGN float level1[32];
+  HWY_ALIGN float level2[16], level3[16], level4[16];
+};
+
+const FactorTables& Factors() {
+  static const FactorTables tables = [] {
+    FactorTables t{};
+    float* level[polar::kLevels] = {t.level1, t.level2, t.level3, t.level4};
+    for (int l = 0; l < polar::kLevels; ++l) {
+      const polar::AngleCodebook& book = polar::angle_codebook(l + 1);
+      for (int c = 0; c < book.size; ++c) {
+        level[l][c] = book.cos[c];
+        level[l][book.size + c] = book.sin[c];
+      }
     }
     return t;
   }();
   return tables;
 }
 
-// The level-2 radius of every quad of the head (d / 4 floats): group radius * level-4 factor * level-3 factor,
-// in the reference's order. The chunk's four fp16 radii are promoted together (exactly, on every target).
-HWY_INLINE void QuadRadii(const uint8_t* HWY_RESTRICT block, int d, float* HWY_RESTRICT radius2) {
-  const polar::AngleCodebook &l3 = polar::angle_codebook(3), &l4 = polar::angle_codebook(4);
-  const DQ dq;
-  const hn::Rebind<hwy::float16_t, DQ> dh;
-  const int N = int(hn::Lanes(dq));
-  for (int c = 0; c < d / polar::kChunkElements; ++c) {
-    const uint8_t* chunk = block + c * polar::kChunkBytes;
-    float radius[polar::kGroupsPerChunk];
-    for (int g = 0; g < polar::kGroupsPerChunk; g += N) {
-      const auto* halves = reinterpret_cast<const hwy::float16_t*>(chunk + polar::kRadiiOffset + 2 * g);
-      hn::StoreU(hn::PromoteTo(dq, hn::LoadU(dh, halves)), dq, radius + g);
-    }
-    for (int g = 0; g < polar::kGroupsPerChunk; ++g) {
-      const int c4 = (chunk[polar::kLevel4Offset] >> (2 * g)) & 3;
-      const int level3 = chunk[polar::kLevel3Offset + g / 2] >> (4 * (g % 2));
-      const int c30 = level3 & 3, c31 = (level3 >> 2) & 3;
-      const float radius3[2] = {radius[g] * l4.cos[c4], radius[g] * l4.sin[c4]};
-      float* out = radius2 + 4 * (c * polar::kGroupsPerChunk + g);
-      out[0] = radius3[0] * l3.cos[c30];
-      out[1] = radius3[0] * l3.sin[c30];
-      out[2] = radius3[1] * l3.cos[c31];
-      out[3] = radius3[1] * l3.sin[c31];
-    }
+// table[index] per lane, index < kSize; the table is readable (zero-padded) to a multiple of 16 floats. One
+// permute per N entries, merged by selects when the table is wider than a vector.
+template <int kSize>
+HWY_INLINE VF Lookup(const float* HWY_RESTRICT table, hn::Vec<DU> index) {
+  const DF df;
+#if HWY_TARGET == HWY_SCALAR
+  return hn::Set(df, table[hn::GetLane(index)]);
+#else
+  const DI di;
+  const int N = int(hn::Lanes(df));
+  const hn::Vec<DI> code = hn::BitCast(di, index);
+  if (N >= kSize) return hn::TableLookupLanes(hn::Load(df, table), hn::IndicesFromVec(df, code));
+  const auto lane = hn::IndicesFromVec(df, hn::And(code, hn::Set(di, N - 1)));
+  const hn::Vec<DI> chunk = hn::ShiftRightSame(code, int(hwy::FloorLog2(size_t(N))));
+  VF result = hn::TableLookupLanes(hn::Load(df, table), lane);
+  for (int c = 1; c * N < kSize; ++c) {
+    const auto in_chunk = hn::RebindMask(df, hn::Eq(chunk, hn::Set(di, c)));
+    result = hn::IfThenElse(in_chunk, hn::TableLookupLanes(hn::Load(df, table + c * N), lane), result);
   }
+  return result;
+#endif
 }
 
-// Calls visit(first coordinate, values) for every vector of the head's reconstruction (in the rotated basis):
-// a quad is (radius2 * level-2 row) * level-1 row, the reference's order of products.
+// The code of each lane's node at one level: (word >> shift) & mask, plus the half of the table it reads.
+HWY_INLINE hn::Vec<DU> TableIndex(hn::Vec<DU> word, const uint32_t* shift, uint32_t mask, const uint32_t* half) {
+  const DU du;
+  return hn::Add(hn::And(hn::Shr(word, hn::Load(du, shift)), hn::Set(du, mask)), hn::Load(du, half));
+}
+
+// Calls visit(first coordinate, values) for every vector of the head's reconstruction (in the rotated basis).
+// Coordinate e of a group (0..15) is the group's radius times one factor per level l, the cos (first child) or
+// sin (second child) of the centroid of its node e >> l, multiplied in the reference's order:
+// y_e = (((radius * f4) * f3) * f2) * f1. A vector covers N consecutive coordinates of a group; its lanes find
+// their codes in two words per group (the four level-1 bytes; the level-2 byte, level-3 nibble and level-4 code).
 template <class Visit>
-HWY_INLINE void ForEachQuadVector(const uint8_t* HWY_RESTRICT block, int d, const Visit& visit) {
-  const DQ dq;
-  const int N = int(hn::Lanes(dq));
-  const QuadTables& t = Tables();
-  HWY_ALIGN float radius2[polar::kMaxHeadDim / 4];
-  QuadRadii(block, d, radius2);
-  constexpr int kQuadsPerChunk = polar::kChunkElements / 4;
-  for (int quad = 0; quad < d / 4; ++quad) {
-    const uint8_t* chunk = block + (quad / kQuadsPerChunk) * polar::kChunkBytes;
-    const int q = quad % kQuadsPerChunk;  // 4 g + i: level-1 byte q, level-2 byte g, bits 2i
-    const float* f1 = t.level1[chunk[polar::kLevel1Offset + q]];
-    const float* f2 = t.level2[(chunk[polar::kLevel2Offset + q / 4] >> (2 * (q % 4))) & 3];
-    const VQ r2 = hn::Set(dq, radius2[quad]);
-    for (int lane = 0; lane < 4; lane += N)
-      visit(4 * quad + lane, hn::Mul(hn::Mul(r2, hn::LoadU(dq, f2 + lane)), hn::LoadU(dq, f1 + lane)));
+HWY_INLINE void ForEachGroupVector(const uint8_t* HWY_RESTRICT block, int d, const Visit& visit) {
+  static constexpr LaneFields kLane;
+  const DF df;
+  const DU du;
+  const int N = int(hn::Lanes(df));
+  const hn::CappedTag<float, 1> d1;
+  const hn::Rebind<hwy::float16_t, decltype(d1)> dh;
+  const FactorTables& t = Factors();
+  for (int group = 0; group < d / polar::kGroupElements; ++group) {
+    const uint8_t* chunk = block + (group / polar::kGroupsPerChunk) * polar::kChunkBytes;
+    const int g = group % polar::kGroupsPerChunk;
+    const uint8_t* level1 = chunk + polar::kLevel1Offset + 4 * g;
+    const uint32_t level1_word =
+        uint32_t(level1[0]) | uint32_t(level1[1]) << 8 | uint32_t(level1[2]) << 16 | uint32_t(level1[3]) << 24;
+    const uint32_t level3_nibble = (chunk[polar::kLevel3Offset + g / 2] >> (4 * (g % 2))) & 15;
+    const uint32_t upper_word = chunk[polar::kLevel2Offset + g] | level3_nibble << 8;
+    const uint32_t level4_code = (chunk[polar::kLevel4Offset] >> (2 * g)) & 3;
+    const auto* radius_half = reinterpret_cast<const hwy::float16_t*>(chunk + polar::kRadiiOffset + 2 * g);
+    const VF radius = hn::Set(df, hn::GetLane(hn::PromoteTo(d1, hn::LoadU(dh, radius_half))));  // exact
+    const hn::Vec<DU> words1 = hn::Set(du, level1_word), upper = hn::Set(du, upper_word);
+    for (int e = 0; e < polar::kGroupElements; e += N) {
+      const VF f4 = Lookup<8>(t.level4, hn::Add(hn::Set(du, level4_code), hn::Load(du, kLane.level4_half + e)));
+      const VF f3 = Lookup<8>(t.level3, TableIndex(upper, kLane.level3_shift + e, 3, kLane.level3_half + e));
+      const VF f2 = Lookup<8>(t.level2, TableIndex(upper, kLane.level2_shift + e, 3, kLane.level2_half + e));
+      const VF f1 = Lookup<32>(t.level1, TableIndex(words1, kLane.level1_shift + e, 15, kLane.level1_half + e));
+      visit(group * polar::kGroupElements + e, hn::Mul(hn::Mul(hn::Mul(hn::Mul(radius, f4), f3), f2), f1));
+    }
   }
 }
 
 void Polar4DecodeRotated(const uint8_t* block, int d, float* y) {
-  const DQ dq;
-  ForEachQuadVector(block, d, [&](int i, VQ value) { hn::StoreU(value, dq, y + i); });
+  const DF df;
+  ForEachGroupVector(block, d, [&](int i, VF value) { hn::StoreU(value, df, y + i); });
 }
 
 float Polar4Score(const float* q, const uint8_t* block, int d) {
-  const DQ dq;
-  VQ sum[2] = {hn::Zero(dq), hn::Zero(dq)};
-  ForEachQuadVector(block, d, [&](int i, VQ value) {
-    VQ& s = sum[(i / 4) & 1];  // two accumulators, alternating by quad
-    s = hn::MulAdd(hn::LoadU(dq, q + i), value, s);
-  });
-  return hn::GetLane(hn::SumOfLanes(dq, hn::Add(sum[0], sum[1])));
+  const DF df;
+  VF sum = hn::Zero(df);
+  ForEachGroupVector(block, d, [&](int i, VF value) { sum = hn::MulAdd(hn::LoadU(df, q + i), value, sum); });
+  return hn::GetLane(hn::SumOfLanes(df, sum));
 }
 
 void Polar4Accumulate(float w, const uint8_t* block, int d, float* acc) {
-  const DQ dq;
-  const VQ weight = hn::Set(dq, w);
-  ForEachQuadVector(block, d, [&](int i, VQ value) {
-    hn::StoreU(hn::MulAdd(weight, value, hn::LoadU(dq, acc + i)), dq, acc + i);
+  const DF df;
+  const VF weight = hn::Set(df, w);
+  ForEachGroupVector(block, d, [&](int i, VF value) {
+    hn::StoreU(hn::MulAdd(weight, value, hn::LoadU(df, acc + i)), df, acc + i);
   });
 }
 
