@@ -20,6 +20,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--cache-type-k", o.cache_type_k,
                  "KV cache codec for K (-ctk): f16, f32, bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3, qjl, polar4");
   cmd.add_option("--cache-type-v", o.cache_type_v, "KV cache codec for V (-ctv): as -ctk, except qjl");
+  cmd.add_option("--kv-center-keys", o.center_keys,
+                 "subtract the sequence's mean key before encoding (softmax-invariant): auto (low-bit K codecs), on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   cmd.add_option("--kv-layers", o.kv_layers, "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" (layers:K/V)");
 }
 
@@ -91,6 +94,7 @@ Context::Context(sparrow_model* model, const ModelOptions& o) {
   p.cache_type_k = o.cache_type_k.c_str();
   p.cache_type_v = o.cache_type_v.c_str();
   p.kv_layers = o.kv_layers.c_str();
+  p.kv_center_keys = o.center_keys == "auto" ? -1 : o.center_keys == "on" ? 1 : 0;
   ctx = sparrow_context_new(model, p);
   if (!ctx) throw Error(sparrow_last_error());
   std::cerr << sparrow_context_kv_summary(ctx);

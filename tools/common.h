@@ -17,6 +17,7 @@ struct ModelOptions {
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   std::string kv_layers;  // --kv-layers "0-3:q8_0/tbq4"
+  std::string center_keys = "auto";
 };
 
 struct SamplingOptions {

@@ -55,6 +55,8 @@ typedef struct sparrow_context_params {
   const char* cache_type_v; /* KV codec for V: the same list except qjl (keys only) */
   const char* kv_layers;    /* per-layer overrides, e.g. "0-3:q8_0/tbq4,7:f16" (layers:K/V, or layers:C for both);
                                NULL or "": none */
+  int32_t kv_center_keys;   /* -1 (default): center keys for Sparrow's low-bit K codecs, not for f32/f16/bf16/q8_0/
+                               q4_0; 1: always; 0: never (docs/kv-cache.md) */
 } sparrow_context_params;
 
 sparrow_context_params sparrow_context_default_params(void);

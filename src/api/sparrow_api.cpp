@@ -112,6 +112,7 @@ sparrow_context_params sparrow_context_default_params(void) {
   p.cache_type_k = "f16";
   p.cache_type_v = "f16";
   p.kv_layers = nullptr;
+  p.kv_center_keys = -1;
   return p;
 }
 
@@ -124,6 +125,9 @@ sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_param
     o.type_k = sparrow::parse_kv_codec_option(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k", false);
     o.type_v = sparrow::parse_kv_codec_option(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v", true);
     if (params.kv_layers) o.kv_layers = sparrow::parse_kv_layers(params.kv_layers);
+    o.center_keys = params.kv_center_keys < 0    ? sparrow::KeyCentering::Auto
+                    : params.kv_center_keys == 0 ? sparrow::KeyCentering::Off
+                                                 : sparrow::KeyCentering::On;
     auto ctx = std::make_unique<sparrow_context>();
     ctx->session = std::make_unique<sparrow::Session>(*model->model, o);
     ctx->kv_summary = ctx->session->cache().summary();

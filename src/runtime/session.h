@@ -17,6 +17,7 @@ struct SessionOptions {
   formats::KvCodec type_k = formats::KvCodec::F16;
   formats::KvCodec type_v = formats::KvCodec::F16;
   std::vector<KvLayerOverride> kv_layers;
+  KeyCentering center_keys = KeyCentering::Auto;
 };
 
 class Session {

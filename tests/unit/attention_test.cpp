@@ -15,6 +15,7 @@ namespace {
 struct Case {
   int n_heads, n_kv_heads, head_dim, n_past, n_tokens, window, capacity;
   formats::KvCodec k_codec, v_codec = k_codec;
+  bool center_keys = false;
 };
 
 // What the cache holds for head vectors x[n][d]: the codec's reference encode then decode.
@@ -42,13 +43,23 @@ void run_case(const Case& c) {
   const size_t slots = size_t(c.capacity) * c.n_kv_heads;
   std::vector<uint8_t> k_cache(slots * formats::kv_codec_info(c.k_codec).block_bytes(c.head_dim));
   std::vector<uint8_t> v_cache(slots * formats::kv_codec_info(c.v_codec).block_bytes(c.head_dim));
-  KvLayerView kv{c.k_codec, c.v_codec, k_cache.data(), v_cache.data(), c.capacity, c.n_kv_heads, c.head_dim};
+  std::vector<float> center(size_t(c.n_kv_heads) * c.head_dim, 0.0f);
+  KvLayerView kv{c.k_codec, c.v_codec, k_cache.data(), v_cache.data(), c.capacity, c.n_kv_heads, c.head_dim,
+                 c.center_keys ? center.data() : nullptr};
   cpu::ThreadPool pool(2);
   // Write the history in one store and the new tokens in another, as prefill then decode would.
   if (c.n_past > 0) cpu::kv_store(pool, kv, k.data(), v.data(), c.n_past, 0);
   cpu::kv_store(pool, kv, k.data() + size_t(c.n_past) * kv_row, v.data() + size_t(c.n_past) * kv_row, c.n_tokens,
                 c.n_past);
-  const std::vector<float> k_held = stored(k, c.head_dim, c.k_codec), v_held = stored(v, c.head_dim, c.v_codec);
+  // Centered keys are held as k - center (the expected scores use the uncentered keys: the shift is the same for
+  // every key of a query, so the softmax must not change).
+  std::vector<float> k_shifted = k;
+  for (size_t r = 0; r < k.size() / c.head_dim; ++r)
+    for (int i = 0; i < c.head_dim; ++i) k_shifted[r * c.head_dim + i] -= center[(r % c.n_kv_heads) * c.head_dim + i];
+  std::vector<float> k_held = stored(k_shifted, c.head_dim, c.k_codec);
+  for (size_t r = 0; r < k.size() / c.head_dim; ++r)
+    for (int i = 0; i < c.head_dim; ++i) k_held[r * c.head_dim + i] += center[(r % c.n_kv_heads) * c.head_dim + i];
+  const std::vector<float> v_held = stored(v, c.head_dim, c.v_codec);
 
   std::vector<float> out(q.size());
   AttentionArgs a;
@@ -107,6 +118,34 @@ TEST(Attention, LongDecodeWindowedRing) { run_case({8, 2, 128, 1500, 1, 300, 333
 // K and V in different codecs and bases: a rotated K, a sketched K, an inner-product V.
 TEST(Attention, MixedCodecsPrefill) { run_case({4, 2, 128, 30, 20, 0, 50, KvCodec::TBQ4, KvCodec::TBQ3}); }
 TEST(Attention, QjlKeysPolarValues) { run_case({2, 1, 64, 70, 5, 0, 75, KvCodec::QJL, KvCodec::POLAR4}); }
+// Key centering: the first store of a sequence sets the centre to its mean key (position 0 left out); the
+// attention output is that of the uncentered keys.
+TEST(Attention, CenteredKeysLeaveTheOutputUnchanged) {
+  Case c{4, 2, 128, 30, 3, 0, 33, KvCodec::F32};
+  c.center_keys = true;
+  run_case(c);
+}
+TEST(Attention, CenteredCompressedKeys) {
+  Case c{4, 1, 256, 200, 1, 0, 201, KvCodec::TBQ4, KvCodec::F16};
+  c.center_keys = true;
+  run_case(c);
+}
+
+TEST(Attention, KeyCentreIsTheMeanKeyWithoutPositionZero) {
+  const int d = 64, n = 10;
+  std::vector<float> k(size_t(n) * d), v(k.size(), 0.0f), center(d, -1.0f);
+  for (int t = 0; t < n; ++t)
+    for (int i = 0; i < d; ++i) k[size_t(t) * d + i] = t == 0 ? 1000.0f : float(t + i);
+  std::vector<uint8_t> kc(size_t(n) * d * 4), vc(kc.size());
+  KvLayerView kv{KvCodec::F32, KvCodec::F32, kc.data(), vc.data(), n, 1, d, center.data()};
+  cpu::ThreadPool pool(1);
+  cpu::kv_store(pool, kv, k.data(), v.data(), n, 0);
+  for (int i = 0; i < d; ++i) EXPECT_FLOAT_EQ(center[i], 5.0f + float(i));  // mean of t = 1..9 is 5
+  // A sequence that starts with fewer than kKeyCenterMinTokens tokens is not centered.
+  cpu::kv_store(pool, kv, k.data(), v.data(), kKeyCenterMinTokens - 1, 0);
+  for (int i = 0; i < d; ++i) EXPECT_EQ(center[i], 0.0f);
+}
+
 TEST(Attention, TrellisKeysInnerProductValues) {
   run_case({4, 4, 256, 10, 3, 0, 13, KvCodec::TCQ3, KvCodec::TBQ4P});
 }

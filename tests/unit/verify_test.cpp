@@ -362,8 +362,9 @@ TEST(VerifyCli, PassingRunWritesTheDocumentedJson) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("40 cells: 40 passed"), std::string::npos) << r.out;
   const nlohmann::json j = nlohmann::json::parse(sparrow::testing::read_text(json));
-  ASSERT_EQ(j.size(), 3u);
+  ASSERT_EQ(j.size(), 4u);  // backend, cells, codecs, attention
   EXPECT_EQ(j["backend"], "cpu");
+  EXPECT_TRUE(j.contains("attention"));
   ASSERT_EQ(j["cells"].size(), 40u);
   const nlohmann::json& cell = j["cells"][0];
   EXPECT_EQ(cell.size(), 6u);

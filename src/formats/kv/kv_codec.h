@@ -57,6 +57,7 @@ struct KvCodecInfo {
 std::span<const KvCodecInfo> kv_codecs();
 const KvCodecInfo& kv_codec_info(KvCodec codec);
 std::optional<KvCodec> parse_kv_codec(std::string_view name);
+constexpr int kMaxKvHeadDim = 512;
 inline bool kv_head_dim_supported(int d) { return d == 64 || d == 128 || d == 256 || d == 512; }
 inline double kv_bits_per_element(KvCodec codec, int d) {
   return 8.0 * double(kv_codec_info(codec).block_bytes(d)) / d;
