@@ -7,9 +7,11 @@
 //   the 1e-3 criterion with f32 KV caches. This checks the model math itself, op for op.
 // - Quantized weights: every matmul is bit-faithful to ggml's vec_dot (tests/unit/matmul_test.cpp models ggml's
 //   activation blocks), yet whole-model logits still differ by up to ~6% of max|logit|: 8-bit activation
-//   rounding is discontinuous, so last-bit differences elsewhere (attention summation order) flip single
-//   activation codes and the model amplifies them. Those tests assert kRegressionBound, far below what any
-//   modelling error gives (O(1)), and the strict criterion stays as DISABLED_ tests, reported by GoogleTest.
+//   rounding is discontinuous, so last-bit differences elsewhere (summation order) flip single activation
+//   codes and the model amplifies them. llama.cpp does the same to itself: its batched and token-by-token
+//   logits for one prompt differ by 6-14% of max|logit| (DefaultModelAsCloseToLlamaCppAsLlamaCppIsToItself),
+//   more than Sparrow differs from it. Those tests assert kRegressionBound, far below what any modelling error
+//   gives (O(1)), and the strict criterion stays as DISABLED_ tests, reported by GoogleTest.
 // llama.cpp casts an f32 cache to f16 inside flash attention, so f32-cache comparisons run it with --fa off.
 #include <gtest/gtest.h>
 
@@ -160,7 +162,35 @@ TEST(Parity, DefaultModelWithF16CacheWithinRegressionBound) {
   check_model(model, default_prompt_tokens(), 262144, 0, "f16", kRegressionBound);
 }
 
-// Issue 2's criterion on the quantized default model: not met yet (see the file comment).
+// The noise floor of the criterion on quantized weights: llama.cpp against itself, the prompt decoded as one batch
+// versus token by token (its GEMM and GEMV paths sum in different orders; 8-bit activation quantization turns
+// those last-bit differences into percent-level logit differences). Sparrow must be no further from llama.cpp
+// than that (25% margin for other CPUs' kernels). Measured on the 2-core machine (max over positions of
+// max|diff| / max|logit|): this prompt, llama.cpp vs itself 0.0555, Sparrow vs llama.cpp 0.0548; 64 arbitrary ids
+// (2 + 3701 i), 0.138 and 0.124.
+TEST(Parity, DefaultModelAsCloseToLlamaCppAsLlamaCppIsToItself) {
+  REQUIRE_PEER();
+  REQUIRE_DEFAULT_MODEL(model);
+  const std::string tokens = default_prompt_tokens();
+  const fs::path dir = scratch_dir();
+  for (const char* ubatch : {"", " --ubatch 1"}) {
+    auto r = run_peer("-m " + model + " --tokens " + tokens + " --threads 2 --cache-type f32 --fa off -o " +
+                      (dir / (ubatch[0] ? "theirs-1.bin" : "theirs-64.bin")).string() + ubatch);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  auto ours = run_sparrow("logits -m " + model + " --tokens " + tokens + " -t 2 -ctk f32 -ctv f32 -o " +
+                          (dir / "ours.bin").string());
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  const auto batched = read_floats(dir / "theirs-64.bin");
+  const Parity self = compare_logits(read_floats(dir / "theirs-1.bin"), batched, 262144);
+  const Parity us = compare_logits(read_floats(dir / "ours.bin"), batched, 262144);
+  std::cout << "[ parity ] llama.cpp batched vs token by token: " << self.worst_ratio
+            << "; Sparrow vs llama.cpp batched: " << us.worst_ratio << "\n";
+  EXPECT_GT(self.worst_ratio, kTolerance) << "llama.cpp agrees with itself: the strict criterion is reachable";
+  EXPECT_LE(us.worst_ratio, 1.25 * self.worst_ratio);
+}
+
+// Issue 2's criterion on the quantized default model: below llama.cpp's own batching noise (test above).
 TEST(Parity, DISABLED_DefaultModelLogitsAndGreedyTokensToTheCriterion) {
   REQUIRE_PEER();
   REQUIRE_DEFAULT_MODEL(model);
