@@ -20,26 +20,49 @@ HWY_BEFORE_NAMESPACE();
 namespace sparrow::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// scores[j] = <q, rows[j]> for j < n, rows `len` floats apart (len a multiple of 16: head dims are 64..512).
-void ScoreRows(const float* q, const float* rows, int32_t n, int32_t len, float* scores) {
-  const hn::CappedTag<float, 16> d;
+// Query rows are processed four at a time (kRowTile): each expanded key or value row loaded from cache feeds four
+// FMAs, which keeps the loops FMA-bound rather than load-bound. Vectors hold at most 16 floats and every basis row
+// length is a multiple of 32 (head dims 64..512), so the loops below run whole vectors.
+using DF = hn::CappedTag<float, 16>;
+
+// scores[r * stride + j] = <q[r], rows[j]> for r < 4, j < n; rows `len` floats apart.
+void ScoreTile(const float* const* q, const float* rows, int32_t n, int32_t len, float* scores, int32_t stride) {
+  const DF d;
   const int32_t N = int32_t(hn::Lanes(d));
-  for (int32_t j = 0; j < n; ++j) {
-    const float* x = rows + int64_t(j) * len;
-    auto s0 = hn::Zero(d), s1 = hn::Zero(d);
-    int32_t i = 0;
-    for (; i + 2 * N <= len; i += 2 * N) {
-      s0 = hn::MulAdd(hn::LoadU(d, q + i), hn::LoadU(d, x + i), s0);
-      s1 = hn::MulAdd(hn::LoadU(d, q + i + N), hn::LoadU(d, x + i + N), s1);
+  for (int32_t j = 0; j < n; j += 2) {
+    const float* x0 = rows + int64_t(j) * len;
+    const float* x1 = j + 1 < n ? x0 + len : x0;  // an odd last key is computed twice, stored once
+    auto a00 = hn::Zero(d), a01 = hn::Zero(d), a10 = hn::Zero(d), a11 = hn::Zero(d);
+    auto a20 = hn::Zero(d), a21 = hn::Zero(d), a30 = hn::Zero(d), a31 = hn::Zero(d);
+    for (int32_t i = 0; i < len; i += N) {
+      const auto k0 = hn::LoadU(d, x0 + i), k1 = hn::LoadU(d, x1 + i);
+      const auto q0 = hn::LoadU(d, q[0] + i), q1 = hn::LoadU(d, q[1] + i);
+      a00 = hn::MulAdd(q0, k0, a00);
+      a01 = hn::MulAdd(q0, k1, a01);
+      a10 = hn::MulAdd(q1, k0, a10);
+      a11 = hn::MulAdd(q1, k1, a11);
+      const auto q2 = hn::LoadU(d, q[2] + i), q3 = hn::LoadU(d, q[3] + i);
+      a20 = hn::MulAdd(q2, k0, a20);
+      a21 = hn::MulAdd(q2, k1, a21);
+      a30 = hn::MulAdd(q3, k0, a30);
+      a31 = hn::MulAdd(q3, k1, a31);
     }
-    for (; i < len; i += N) s0 = hn::MulAdd(hn::LoadU(d, q + i), hn::LoadU(d, x + i), s0);
-    scores[j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(s0, s1)));
+    scores[j] = hn::GetLane(hn::SumOfLanes(d, a00));
+    scores[stride + j] = hn::GetLane(hn::SumOfLanes(d, a10));
+    scores[2 * stride + j] = hn::GetLane(hn::SumOfLanes(d, a20));
+    scores[3 * stride + j] = hn::GetLane(hn::SumOfLanes(d, a30));
+    if (j + 1 < n) {
+      scores[j + 1] = hn::GetLane(hn::SumOfLanes(d, a01));
+      scores[stride + j + 1] = hn::GetLane(hn::SumOfLanes(d, a11));
+      scores[2 * stride + j + 1] = hn::GetLane(hn::SumOfLanes(d, a21));
+      scores[3 * stride + j + 1] = hn::GetLane(hn::SumOfLanes(d, a31));
+    }
   }
 }
 
-// p[j] = exp(p[j] - max) in place for j < n (n a multiple of the lane count or not); returns the sum.
+// p[j] = exp(p[j] - max) in place for j < n; returns the sum.
 float ExpShifted(float* p, int32_t n, float max) {
-  const hn::CappedTag<float, 16> d;
+  const DF d;
   const int32_t N = int32_t(hn::Lanes(d));
   const auto vmax = hn::Set(d, max);
   auto sum = hn::Zero(d);
@@ -54,33 +77,41 @@ float ExpShifted(float* p, int32_t n, float max) {
   return total;
 }
 
-// acc = acc * correction + sum_j p[j] * rows[j], rows `len` floats apart. The accumulator is walked in
-// register-sized chunks so each chunk stays in registers across all n rows.
-void AccumulateRows(float* acc, float correction, const float* p, const float* rows, int32_t n, int32_t len) {
-  const hn::CappedTag<float, 16> d;
+// acc[r] = acc[r] * correction[r] + sum_j w[r * stride + j] * rows[j] for r < 4; rows `len` floats apart. Each
+// pass keeps two vectors of all four accumulators in registers across all n rows.
+void AccumulateTile(float* const* acc, const float* correction, const float* w, int32_t stride, const float* rows,
+                    int32_t n, int32_t len) {
+  const DF d;
   const int32_t N = int32_t(hn::Lanes(d));
-  const auto c = hn::Set(d, correction);
-  int32_t i = 0;
-  for (; i + 4 * N <= len; i += 4 * N) {
-    auto a0 = hn::Mul(c, hn::LoadU(d, acc + i)), a1 = hn::Mul(c, hn::LoadU(d, acc + i + N));
-    auto a2 = hn::Mul(c, hn::LoadU(d, acc + i + 2 * N)), a3 = hn::Mul(c, hn::LoadU(d, acc + i + 3 * N));
+  const auto c0 = hn::Set(d, correction[0]), c1 = hn::Set(d, correction[1]);
+  const auto c2 = hn::Set(d, correction[2]), c3 = hn::Set(d, correction[3]);
+  for (int32_t i = 0; i < len; i += 2 * N) {
+    auto a00 = hn::Mul(c0, hn::LoadU(d, acc[0] + i)), a01 = hn::Mul(c0, hn::LoadU(d, acc[0] + i + N));
+    auto a10 = hn::Mul(c1, hn::LoadU(d, acc[1] + i)), a11 = hn::Mul(c1, hn::LoadU(d, acc[1] + i + N));
+    auto a20 = hn::Mul(c2, hn::LoadU(d, acc[2] + i)), a21 = hn::Mul(c2, hn::LoadU(d, acc[2] + i + N));
+    auto a30 = hn::Mul(c3, hn::LoadU(d, acc[3] + i)), a31 = hn::Mul(c3, hn::LoadU(d, acc[3] + i + N));
     for (int32_t j = 0; j < n; ++j) {
       const float* x = rows + int64_t(j) * len + i;
-      const auto w = hn::Set(d, p[j]);
-      a0 = hn::MulAdd(w, hn::LoadU(d, x), a0);
-      a1 = hn::MulAdd(w, hn::LoadU(d, x + N), a1);
-      a2 = hn::MulAdd(w, hn::LoadU(d, x + 2 * N), a2);
-      a3 = hn::MulAdd(w, hn::LoadU(d, x + 3 * N), a3);
+      const auto v0 = hn::LoadU(d, x), v1 = hn::LoadU(d, x + N);
+      const auto w0 = hn::Set(d, w[j]), w1 = hn::Set(d, w[stride + j]);
+      a00 = hn::MulAdd(w0, v0, a00);
+      a01 = hn::MulAdd(w0, v1, a01);
+      a10 = hn::MulAdd(w1, v0, a10);
+      a11 = hn::MulAdd(w1, v1, a11);
+      const auto w2 = hn::Set(d, w[2 * stride + j]), w3 = hn::Set(d, w[3 * stride + j]);
+      a20 = hn::MulAdd(w2, v0, a20);
+      a21 = hn::MulAdd(w2, v1, a21);
+      a30 = hn::MulAdd(w3, v0, a30);
+      a31 = hn::MulAdd(w3, v1, a31);
     }
-    hn::StoreU(a0, d, acc + i);
-    hn::StoreU(a1, d, acc + i + N);
-    hn::StoreU(a2, d, acc + i + 2 * N);
-    hn::StoreU(a3, d, acc + i + 3 * N);
-  }
-  for (; i < len; i += N) {
-    auto a = hn::Mul(c, hn::LoadU(d, acc + i));
-    for (int32_t j = 0; j < n; ++j) a = hn::MulAdd(hn::Set(d, p[j]), hn::LoadU(d, rows + int64_t(j) * len + i), a);
-    hn::StoreU(a, d, acc + i);
+    hn::StoreU(a00, d, acc[0] + i);
+    hn::StoreU(a01, d, acc[0] + i + N);
+    hn::StoreU(a10, d, acc[1] + i);
+    hn::StoreU(a11, d, acc[1] + i + N);
+    hn::StoreU(a20, d, acc[2] + i);
+    hn::StoreU(a21, d, acc[2] + i + N);
+    hn::StoreU(a30, d, acc[3] + i);
+    hn::StoreU(a31, d, acc[3] + i + N);
   }
 }
 
@@ -100,9 +131,9 @@ HWY_AFTER_NAMESPACE();
 
 namespace sparrow::cpu {
 
-HWY_EXPORT(ScoreRows);
+HWY_EXPORT(ScoreTile);
 HWY_EXPORT(ExpShifted);
-HWY_EXPORT(AccumulateRows);
+HWY_EXPORT(AccumulateTile);
 
 namespace {
 
@@ -110,6 +141,7 @@ using formats::KvCodec;
 using formats::kv_codec_info;
 
 constexpr int32_t kKeyBlock = 32;          // keys expanded at once: their K and V rows stay in L1/L2
+constexpr int64_t kRowTile = 4;            // query rows the score and accumulate kernels take at once
 constexpr int64_t kTileTokens = 16;        // query tokens per prefill task
 constexpr int64_t kMinKeysPerSplit = 256;  // below this, splitting a key range costs more than it saves
 
@@ -146,6 +178,8 @@ struct Plan {
   }
   int64_t n_tasks() const { return n_tiles * a.kv.n_kv_heads * n_splits; }
   int64_t rows_per_tile() const { return tile * group; }
+  // Rows rounded up to whole row tiles: the padding rows have zero weights and a scratch accumulator.
+  int64_t padded_rows() const { return (rows_per_tile() + kRowTile - 1) / kRowTile * kRowTile; }
   int64_t position(int64_t t) const { return a.first_position + t; }
   int64_t first_key(int64_t t) const {
     return a.sliding_window > 0 ? std::max<int64_t>(0, position(t) - a.sliding_window + 1) : 0;
@@ -187,9 +221,50 @@ Task task_of(const Plan& plan, int64_t index) {
 }
 
 struct Scratch {
-  std::vector<float> k_rows, v_rows, weights, corrections;
-  std::vector<uint8_t> active;
+  std::vector<float> k_rows, v_rows, weights, corrections, spare_acc;
+  std::vector<int64_t> lo, hi;  // each row's visible keys in the current block, [lo, hi)
 };
+
+// Scores row tile g (rows g..g+3, those past n_rows padded) against the expanded keys and updates each visible
+// row's online softmax; leaves in s.weights the block's softmax weights (0 where masked) and in s.corrections the
+// factor that rescales each row's accumulator.
+void score_row_tile(const Plan& plan, const Task& task, int64_t g, int64_t n_rows, int64_t p0, int32_t nb,
+                    const float* prepared, RowState* states, Scratch& s) {
+  const AttentionArgs& a = plan.a;
+  int64_t lo = INT64_MAX, hi = INT64_MIN;
+  const float* q[kRowTile];
+  for (int64_t r = g; r < g + kRowTile; ++r) {
+    const int64_t real = std::min(r, n_rows - 1);
+    const int64_t head = (task.t0 + real / plan.group) * a.n_heads + task.kv_head * plan.group + real % plan.group;
+    q[r - g] = prepared + head * plan.k_floats;
+    std::fill_n(s.weights.data() + r * kKeyBlock, kKeyBlock, 0.0f);
+    s.corrections[r] = 1.0f;
+    if (r < n_rows && s.lo[r] < s.hi[r]) {
+      lo = std::min(lo, s.lo[r]);
+      hi = std::max(hi, s.hi[r]);
+    }
+  }
+  if (lo >= hi) return;
+  const int32_t off = int32_t(lo - p0);
+  float* w = s.weights.data() + g * kKeyBlock;
+  HWY_DYNAMIC_DISPATCH(ScoreTile)(q, s.k_rows.data() + int64_t(off) * plan.k_floats, int32_t(hi - lo), plan.k_floats,
+                                  w + off, kKeyBlock);
+  for (int64_t r = g; r < std::min(g + kRowTile, n_rows); ++r) {
+    float* wr = s.weights.data() + r * kKeyBlock;
+    const int32_t row_lo = int32_t(s.lo[r] - p0), row_hi = int32_t(s.hi[r] - p0);
+    if (row_lo >= row_hi) {
+      std::fill_n(wr, kKeyBlock, 0.0f);
+      continue;
+    }
+    RowState& st = states[r];
+    const float new_max = std::max(st.max, *std::max_element(wr + row_lo, wr + row_hi));
+    s.corrections[r] = std::exp(st.max - new_max);  // 0 for the first block (max was -inf)
+    st.sum = st.sum * s.corrections[r] + HWY_DYNAMIC_DISPATCH(ExpShifted)(wr + row_lo, row_hi - row_lo, new_max);
+    st.max = new_max;
+    std::fill(wr, wr + row_lo, 0.0f);
+    std::fill(wr + row_hi, wr + nb, 0.0f);
+  }
+}
 
 // Folds keys [task.key_begin, task.key_end) into the rows' states and accumulators (row r = token
 // t0 + r / group, query head kv_head * group + r % group).
@@ -197,47 +272,28 @@ void attend(const Plan& plan, const Task& task, const float* prepared, RowState*
             Scratch& s) {
   const AttentionArgs& a = plan.a;
   const int64_t n_rows = (task.t1 - task.t0) * plan.group;
-  const auto score_rows = HWY_DYNAMIC_DISPATCH(ScoreRows);
-  const auto exp_shifted = HWY_DYNAMIC_DISPATCH(ExpShifted);
-  const auto accumulate_rows = HWY_DYNAMIC_DISPATCH(AccumulateRows);
   for (int64_t p0 = task.key_begin; p0 < task.key_end;) {
     // A block of keys stays inside one lap of the ring, so its blocks are consecutive in memory.
     const int64_t p1 = std::min({task.key_end, p0 + kKeyBlock, (p0 / a.kv.capacity + 1) * a.kv.capacity});
     const int32_t nb = int32_t(p1 - p0);
     bool any = false;
-    bool expanded_k = false;
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t t = task.t0 + r / plan.group;
-      const int64_t lo = std::max(p0, plan.first_key(t)), hi = std::min(p1, plan.position(t) + 1);
-      s.active[r] = lo < hi;
-      if (!s.active[r]) continue;
-      if (!expanded_k) {
-        plan.expand_k(plan.k_blocks(task.kv_head, p0), nb, plan.d, s.k_rows.data());
-        expanded_k = true;
-      }
-      any = true;
-      float* w = s.weights.data() + r * kKeyBlock;
-      const int32_t off = int32_t(lo - p0), n = int32_t(hi - lo);
-      const int64_t head = (t * a.n_heads + task.kv_head * plan.group + r % plan.group);
-      score_rows(prepared + head * plan.k_floats, s.k_rows.data() + int64_t(off) * plan.k_floats, n, plan.k_floats,
-                 w + off);
-      const float block_max = *std::max_element(w + off, w + off + n);
-      RowState& st = states[r];
-      const float new_max = std::max(st.max, block_max);
-      const float correction = std::exp(st.max - new_max);  // 0 for the first block (max was -inf)
-      const float sum = exp_shifted(w + off, n, new_max);
-      std::fill(w, w + off, 0.0f);
-      std::fill(w + off + n, w + nb, 0.0f);
-      st.sum = st.sum * correction + sum;
-      st.max = new_max;
-      s.corrections[r] = correction;
+      s.lo[r] = std::max(p0, plan.first_key(t));
+      s.hi[r] = std::min(p1, plan.position(t) + 1);
+      any = any || s.lo[r] < s.hi[r];
     }
     if (any) {
+      plan.expand_k(plan.k_blocks(task.kv_head, p0), nb, plan.d, s.k_rows.data());
+      for (int64_t g = 0; g < n_rows; g += kRowTile) score_row_tile(plan, task, g, n_rows, p0, nb, prepared, states, s);
       plan.expand_v(plan.v_blocks(task.kv_head, p0), nb, plan.d, s.v_rows.data());
-      for (int64_t r = 0; r < n_rows; ++r)
-        if (s.active[r])
-          accumulate_rows(acc + r * plan.v_floats, s.corrections[r], s.weights.data() + r * kKeyBlock,
-                          s.v_rows.data(), nb, plan.v_floats);
+      for (int64_t g = 0; g < n_rows; g += kRowTile) {
+        float* tile_acc[kRowTile];
+        for (int64_t r = g; r < g + kRowTile; ++r)
+          tile_acc[r - g] = r < n_rows ? acc + r * plan.v_floats : s.spare_acc.data();
+        HWY_DYNAMIC_DISPATCH(AccumulateTile)(tile_acc, s.corrections.data() + g, s.weights.data() + g * kKeyBlock,
+                                             kKeyBlock, s.v_rows.data(), nb, plan.v_floats);
+      }
     }
     p0 = p1;
   }
@@ -326,9 +382,11 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
   for (Scratch& s : scratch) {
     s.k_rows.resize(size_t(kKeyBlock) * plan.k_floats);
     s.v_rows.resize(size_t(kKeyBlock) * plan.v_floats);
-    s.weights.resize(size_t(rows) * kKeyBlock);
-    s.corrections.resize(rows);
-    s.active.resize(rows);
+    s.weights.resize(size_t(plan.padded_rows()) * kKeyBlock);
+    s.corrections.resize(plan.padded_rows());
+    s.spare_acc.resize(plan.v_floats);
+    s.lo.resize(rows);
+    s.hi.resize(rows);
   }
   // Every task's states and accumulators, kept until the splits of a tile are merged.
   const int64_t n_tasks = plan.n_tasks();
