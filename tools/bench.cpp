@@ -88,6 +88,7 @@ std::vector<KvConfig> kv_configs(const BenchOptions& o) {
 
 void check_sizes(const BenchOptions& o) {
   if (o.repetitions < 1) throw Error("--repetitions must be at least 1");
+  if (o.depths.empty()) throw Error("--depth: give at least one depth (0: an empty cache)");
   for (int32_t d : o.depths)
     if (d < 0) throw Error("--depth " + std::to_string(d) + ": depths must be 0 or more tokens");
   for (int32_t n : o.prompt_sizes)
@@ -229,8 +230,8 @@ std::string cpu_model() {
   std::ifstream in("/proc/cpuinfo");
   for (std::string line; std::getline(in, line);) {
     if (line.rfind("model name", 0) != 0) continue;
-    const size_t colon = line.find(':');
-    return colon == std::string::npos ? "" : line.substr(line.find_first_not_of(" \t", colon + 1));
+    const size_t value = line.find_first_not_of(" \t", line.find(':') + 1);
+    return value == std::string::npos ? "unknown" : line.substr(value);
   }
   return "unknown";
 }
