@@ -7,6 +7,8 @@
 //   expand/<codec>/d:<d>      kTokens cached blocks to basis rows, kExpandTile per call  (cache bytes read;
 //                             rows_bytes_per_second: rows written)
 //   memcpy/d:<d>              memcpy of kTokens f16 head vectors (2d bytes each)
+//   attention/<K>/<V>/d:<d>   one decode step (4 query heads on 1 KV head, Gemma 3 270M's group) over
+//                             kAttentionKeys cached keys, one thread              (K+V cache bytes read)
 //
 // bytes_per_second counts block bytes (the cache), so a codec's figure compares directly with memcpy's and
 // with memory bandwidth: a 4-bit codec scoring at the same GB/s as f16 is 4x faster per token, and
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/attention.h"
 #include "cpu/kv/cpu_kv_codecs.h"
 #include "formats/kv/kv_codec.h"
 
@@ -31,6 +34,9 @@ constexpr int kTokens = 2048;
 constexpr int kHeadDims[] = {64, 128, 256, 512};
 // Blocks per expand call, as attention's kKeyBlock (src/cpu/attention.cpp): the rows stay in L1/L2.
 constexpr int kExpandTile = 32;
+// Keys of the decode attention benchmark: a long context's global layer (its cache leaves L2).
+constexpr int kAttentionKeys = 16384;
+constexpr int kAttentionQueryHeads = 4;
 
 std::vector<float> gaussian(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -127,6 +133,41 @@ void memcpy_bench(benchmark::State& state, int d) {
   state.SetItemsProcessed(int64_t(state.iterations()) * kTokens);
 }
 
+void attention_bench(benchmark::State& state, sparrow::formats::KvCodec k_codec,
+                     sparrow::formats::KvCodec v_codec, int d) {
+  using sparrow::formats::kv_codec_info;
+  const KvCodecInfo& k_info = kv_codec_info(k_codec);
+  const KvCodecInfo& v_info = kv_codec_info(v_codec);
+  const size_t k_bytes = size_t(kAttentionKeys) * k_info.block_bytes(d);
+  const size_t v_bytes = size_t(kAttentionKeys) * v_info.block_bytes(d);
+  std::vector<uint8_t> k(k_bytes), v(v_bytes);
+  const std::vector<float> x = gaussian(size_t(kAttentionKeys) * d, 5);
+  const KvCodecOps& k_ops = sparrow::cpu::kv_codec_ops(k_codec);
+  const KvCodecOps& v_ops = sparrow::cpu::kv_codec_ops(v_codec);
+  for (int t = 0; t < kAttentionKeys; ++t) {
+    k_ops.encode(x.data() + size_t(t) * d, d, k.data() + t * k_info.block_bytes(d));
+    v_ops.encode(x.data() + size_t(t) * d, d, v.data() + t * v_info.block_bytes(d));
+  }
+  const std::vector<float> q = gaussian(size_t(kAttentionQueryHeads) * d, 13);
+  std::vector<float> out(q.size());
+  sparrow::AttentionArgs args;
+  args.q = q.data();
+  args.out = out.data();
+  args.n_tokens = 1;
+  args.n_heads = kAttentionQueryHeads;
+  args.first_position = kAttentionKeys - 1;
+  args.scale = 1.0f / float(d);
+  args.kv = {k_codec, v_codec, k.data(), v.data(), kAttentionKeys, 1, d, nullptr};
+  sparrow::cpu::ThreadPool pool(1);
+  for (auto _ : state) {
+    sparrow::cpu::attention(pool, args);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(k_bytes + v_bytes));
+  state.SetItemsProcessed(int64_t(state.iterations()) * kAttentionKeys);
+}
+
 void register_all() {
   for (int d : kHeadDims) {
     benchmark::RegisterBenchmark(("memcpy/d:" + std::to_string(d)).c_str(), memcpy_bench, d);
@@ -140,6 +181,17 @@ void register_all() {
         const std::string name = std::string(op) + "/" + std::string(info.name) + "/d:" + std::to_string(d);
         benchmark::RegisterBenchmark(name.c_str(), fn, &info, d);
       }
+    }
+  }
+  using sparrow::formats::KvCodec;
+  const std::pair<KvCodec, KvCodec> pairs[] = {{KvCodec::F16, KvCodec::F16},   {KvCodec::Q8_0, KvCodec::Q8_0},
+                                               {KvCodec::Q4_0, KvCodec::Q4_0}, {KvCodec::TBQ4, KvCodec::TBQ4},
+                                               {KvCodec::TBQ3, KvCodec::TBQ3}, {KvCodec::Q8_0, KvCodec::TBQ4}};
+  for (const auto& [k, v] : pairs) {
+    for (int d : {256, 512}) {
+      const std::string name = "attention/" + std::string(sparrow::formats::kv_codec_info(k).name) + "/" +
+                               std::string(sparrow::formats::kv_codec_info(v).name) + "/d:" + std::to_string(d);
+      benchmark::RegisterBenchmark(name.c_str(), attention_bench, k, v, d);
     }
   }
 }
