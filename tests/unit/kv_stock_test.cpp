@@ -1,6 +1,8 @@
 // The stock KV codecs (f16, bf16, q8_0, q4_0) against llama.cpp's block layouts, written out by hand here
 // (bit patterns and block bytes worked out from the IEEE formats and ggml's block_q8_0 / block_q4_0, not from
-// Sparrow's code), then the optimized CPU ops against the references on every SIMD target compiled in, and,
+// Sparrow's code), q8_0 and q4_0 in the orthonormal Walsh-Hadamard basis llama.cpp rotates its quantized
+// caches into (built here from its definition, H[i][j] = (-1)^popcount(i & j) / sqrt(d), not from the
+// butterflies), then the optimized CPU ops against the references on every SIMD target compiled in, and,
 // when llama.cpp's build is present, against ggml's own quantizers.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -16,6 +18,7 @@
 #include "cpu/kv/cpu_codec_registry.h"
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/kv_codec.h"
+#include "formats/kv/rotation.h"
 
 namespace sparrow::formats {
 namespace {
@@ -24,13 +27,14 @@ struct Stock {
   const char* name;
   const KvCodecInfo& info;
   const KvCodecOps& optimized;
+  void (*expand)(const uint8_t* blocks, int n, int d, float* rows);  // the optimized basis rows
 };
 
 std::vector<Stock> stock_codecs() {
-  return {{"f16", f16_codec(), cpu::f16_ops()},
-          {"bf16", bf16_codec(), cpu::bf16_ops()},
-          {"q8_0", q8_0_codec(), cpu::q8_0_ops()},
-          {"q4_0", q4_0_codec(), cpu::q4_0_ops()}};
+  return {{"f16", f16_codec(), cpu::f16_ops(), cpu::f16_expand},
+          {"bf16", bf16_codec(), cpu::bf16_ops(), cpu::bf16_expand},
+          {"q8_0", q8_0_codec(), cpu::q8_0_ops(), cpu::q8_0_expand},
+          {"q4_0", q4_0_codec(), cpu::q4_0_ops(), cpu::q4_0_expand}};
 }
 
 constexpr int kHeadDims[] = {64, 128, 256, 512};
@@ -41,6 +45,38 @@ std::vector<float> gaussian(int n, uint32_t seed, float scale = 1.0f) {
   std::vector<float> x(n);
   for (float& v : x) v = normal(rng);
   return x;
+}
+
+bool rotates(const KvCodecInfo& info) { return info.codec == KvCodec::Q8_0 || info.codec == KvCodec::Q4_0; }
+
+// W x for W = H / sqrt(d), H the Sylvester Hadamard matrix, straight from its entries, in double.
+std::vector<double> hadamard_times(const std::vector<double>& x) {
+  const size_t d = x.size();
+  std::vector<double> y(d, 0.0);
+  for (size_t i = 0; i < d; ++i) {
+    for (size_t j = 0; j < d; ++j) y[i] += (std::popcount(i & j) % 2 ? -x[j] : x[j]);
+    y[i] /= std::sqrt(double(d));
+  }
+  return y;
+}
+
+std::vector<double> hadamard_times(const std::vector<float>& x) {
+  return hadamard_times(std::vector<double>(x.begin(), x.end()));
+}
+
+// The float vector x with W x = g (to float rounding; W is its own inverse): how a test puts chosen values
+// in front of q8_0's and q4_0's quantizer.
+std::vector<float> unrotated(const std::vector<float>& g) {
+  const std::vector<double> x = hadamard_times(g);
+  return std::vector<float>(x.begin(), x.end());
+}
+
+// The basis row of a block: accumulate(1, block) into zeros, which for the stock codecs is the dequantized
+// block exactly (0 + 1 * v).
+std::vector<float> basis_row(const KvCodecOps& ops, const std::vector<uint8_t>& block, int d) {
+  std::vector<float> row(d, 0.0f);
+  ops.accumulate(1.0f, block.data(), d, row.data());
+  return row;
 }
 
 uint16_t u16_at(const std::vector<uint8_t>& b, size_t offset) {
@@ -184,62 +220,78 @@ TEST(KvStock, HalvesDecodeToTheirValues) {
   }
 }
 
-// q8_0 block (ggml block_q8_0): fp16 d = amax / 127 at bytes 0..1, then q_j = round(x_j / d) as int8.
-// With amax = 127/16 the scale is exactly 1/16 (half 0x2C00), so x_j = (k_j + f_j) / 16 quantizes to k_j when
-// |f_j| < 0.5.
-std::vector<float> q8_0_inputs(std::vector<int8_t>* q) {
-  std::vector<float> x(64);
+// q8_0 block (ggml block_q8_0): fp16 d = amax / 127 at bytes 0..1, then q_j = round(g_j / d) as int8, where
+// g = W x is the head vector in the Hadamard basis. With amax = 127/16 the scale is exactly 1/16 (half 0x2C00),
+// so g_j = (k_j + f_j) / 16 quantizes to k_j when |f_j| < 0.5 (here <= 0.3, far beyond the float rounding of
+// the rotation).
+std::vector<float> q8_0_grid(std::vector<int8_t>* q) {
+  std::vector<float> g(64);
   q->resize(64);
   for (int j = 0; j < 64; ++j) {
     const int block = j / 32;
     const float unit = block == 0 ? 1.0f / 16 : 1.0f / 4;  // scale of block 0 and block 1
     int k = (j * 37) % 253 - 126;                          // spread over -126..126
     const float frac = 0.3f * float((j % 7) - 3) / 3.0f;   // |frac| <= 0.3: far from a rounding tie
-    if (j % 32 == 5) k = (block == 0 ? 127 : -127);        // the block's largest magnitude, exactly
-    x[j] = (float(k) + (j % 32 == 5 ? 0.0f : frac)) * unit;
+    if (j % 32 == 5) k = (block == 0 ? 127 : -127);        // the block's largest magnitude
+    g[j] = (float(k) + (j % 32 == 5 ? 0.0f : frac)) * unit;
     (*q)[j] = int8_t(k);
   }
-  return x;
+  return g;
 }
 
-TEST(KvStock, Q8_0BlocksAreGgmlBlockQ8_0) {
+// Decode is W times the dequantized block, which the block's basis row holds exactly.
+void expect_decode_rotates_back(const KvCodecOps& ops, const std::vector<uint8_t>& b,
+                                const std::vector<float>& dequantized) {
+  const int d = int(dequantized.size());
+  EXPECT_EQ(basis_row(ops, b, d), dequantized);
+  const std::vector<double> want = hadamard_times(dequantized);
+  std::vector<float> y(d);
+  ops.decode(b.data(), d, y.data());
+  for (int j = 0; j < d; ++j) EXPECT_NEAR(y[j], want[j], 1e-6 * (1 + std::fabs(want[j]))) << "element " << j;
+}
+
+TEST(KvStock, Q8_0BlocksAreGgmlBlockQ8_0OfTheHadamardTransform) {
   std::vector<int8_t> q;
-  const std::vector<float> x = q8_0_inputs(&q);
+  const std::vector<float> x = unrotated(q8_0_grid(&q));
+  std::vector<float> dequantized(64);
+  for (int j = 0; j < 64; ++j) dequantized[j] = float(q[j]) * (j < 32 ? 1.0f / 16 : 1.0f / 4);
   auto check = [&](const KvCodecOps& ops) {
     const std::vector<uint8_t> b = encode(ops, q8_0_codec(), x);
     ASSERT_EQ(b.size(), 68u);
     EXPECT_EQ(u16_at(b, 0), 0x2C00);   // 1/16
     EXPECT_EQ(u16_at(b, 34), 0x3400);  // 1/4
     for (int j = 0; j < 64; ++j) EXPECT_EQ(int8_t(b[(j / 32) * 34 + 2 + j % 32]), q[j]) << "element " << j;
-    std::vector<float> y(64);
-    ops.decode(b.data(), 64, y.data());
-    for (int j = 0; j < 64; ++j) EXPECT_EQ(y[j], float(q[j]) * (j < 32 ? 1.0f / 16 : 1.0f / 4)) << "element " << j;
+    expect_decode_rotates_back(ops, b, dequantized);
   };
   check(*q8_0_codec().reference);
   for_every_target([&] { check(cpu::q8_0_ops()); });
 }
 
-// q4_0 block (ggml block_q4_0): fp16 d = max / -8, max the first element of largest magnitude with its sign;
-// nibble n_j = clamp(round(x_j / d) + 8, 0, 15); byte j holds element j low and element j + 16 high.
-// Block 0: max = -1 (d = 1/8, half 0x3000), so x = (n - 8) / 8 gives nibble n; +1 would need 16 and clamps
-// to 15. Block 1: max = +1 first, then -1 (a tie): d = -1/8 (half 0xB000), nibble = 8 - round(8 x).
-TEST(KvStock, Q4_0BlocksAreGgmlBlockQ4_0) {
-  std::vector<float> x(64);
+// q4_0 block (ggml block_q4_0) of g = W x: fp16 d = max / -8, max the first element of largest magnitude with
+// its sign; nibble n_j = clamp(round(g_j / d) + 8, 0, 15); byte j holds element j low and element j + 16 high.
+// Block 0: max = -1 (d = 1/8, half 0x3000), so g = (n - 8) / 8 gives nibble n; 0.99 would need 16 and clamps
+// to 15. Block 1: max = +1 (d = -1/8, half 0xB000), nibble = 8 - round(8 g). No two magnitudes tie: the float
+// rounding of the rotation could break a tie either way.
+TEST(KvStock, Q4_0BlocksAreGgmlBlockQ4_0OfTheHadamardTransform) {
+  std::vector<float> g(64);
   std::vector<int> nibble(64);
   for (int j = 0; j < 32; ++j) {
-    const int n = 1 + (j * 5 + 3) % 15;                        // 1..15: |x| < 1
-    x[j] = (float(n - 8) + 0.1f * float((j % 5) - 2)) / 8.0f;  // within 0.2 quanta of the grid
+    const int n = 1 + (j * 5 + 3) % 15;                        // 1..15: |g| < 1
+    g[j] = (float(n - 8) + 0.1f * float((j % 5) - 2)) / 8.0f;  // within 0.2 quanta of the grid
     nibble[j] = n;
   }
-  x[7] = -1.0f, nibble[7] = 0;
-  x[9] = 1.0f, nibble[9] = 15;  // 8 + 8 clamped
+  g[7] = -1.0f, nibble[7] = 0;
+  g[9] = 0.99f, nibble[9] = 15;  // 8 + 8 clamped
   for (int j = 32; j < 64; ++j) {
     const int k = (j * 3) % 15 - 7;  // -7..7
-    x[j] = float(k) / 8.0f + 0.01f;
+    g[j] = float(k) / 8.0f + 0.01f;
     nibble[j] = 8 - k;
   }
-  x[33] = 1.0f, nibble[33] = 0;
-  x[40] = -1.0f, nibble[40] = 15;  // 8 + 8, clamped
+  g[33] = 1.0f, nibble[33] = 0;
+  g[40] = -0.99f, nibble[40] = 15;  // 8 + 8, clamped
+  const std::vector<float> x = unrotated(g);
+  std::vector<float> dequantized(64);
+  for (int j = 0; j < 64; ++j) dequantized[j] = float(nibble[j] - 8) * (j < 32 ? 0.125f : -0.125f);
   auto check = [&](const KvCodecOps& ops) {
     const std::vector<uint8_t> b = encode(ops, q4_0_codec(), x);
     ASSERT_EQ(b.size(), 36u);
@@ -251,14 +303,26 @@ TEST(KvStock, Q4_0BlocksAreGgmlBlockQ4_0) {
         EXPECT_EQ(int(b[18 * blk + 2 + j]), want) << "block " << blk << " byte " << j;
       }
     }
-    std::vector<float> y(64);
-    ops.decode(b.data(), 64, y.data());
-    for (int j = 0; j < 64; ++j) {
-      EXPECT_EQ(y[j], float(nibble[j] - 8) * (j < 32 ? 0.125f : -0.125f)) << "element " << j;
-    }
+    expect_decode_rotates_back(ops, b, dequantized);
   };
   check(*q4_0_codec().reference);
   for_every_target([&] { check(cpu::q4_0_ops()); });
+}
+
+// The rotation is llama.cpp's matrix at every head dim (ggml_gen_hadamard), applied by encode, by
+// prepare_query and by finish alike, and it is its own inverse.
+TEST(KvStock, WalshHadamardIsTheOrthonormalSylvesterMatrix) {
+  for (int d : kHeadDims) {
+    const std::vector<float> x = gaussian(d, 3 + d);
+    const std::vector<double> want = hadamard_times(x);
+    std::vector<float> y(d), twice(d);
+    walsh_hadamard_orthonormal(x.data(), d, y.data());
+    for (int i = 0; i < d; ++i) ASSERT_NEAR(y[i], want[i], 1e-5) << "d=" << d << " i=" << i;
+    walsh_hadamard_orthonormal(y.data(), d, twice.data());
+    for (int i = 0; i < d; ++i) ASSERT_NEAR(twice[i], x[i], 1e-5) << "d=" << d << " i=" << i;
+  }
+  std::vector<float> x(96, 1.0f);
+  EXPECT_THROW(walsh_hadamard_orthonormal(x.data(), 96, x.data()), std::exception);
 }
 
 TEST(KvStock, ZeroVectorsEncodeToZeroScales) {
@@ -274,26 +338,34 @@ TEST(KvStock, ZeroVectorsEncodeToZeroScales) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Ops in the plain basis: score is the dot product with the decoded vector, accumulate adds w times it,
-// prepare_query and finish copy.
+// Ops in each codec's basis: score(prepare_query(q), b) is <q, decode(b)> and finish(accumulate(w, b)) is
+// w decode(b). f16 and bf16 work in the plain basis (prepare_query and finish copy); q8_0 and q4_0 in the
+// Hadamard basis (both are W).
 
-TEST(KvStock, ScoreAccumulateAndCopiesActOnDecodedValues) {
+TEST(KvStock, ScoreAndAccumulateActOnDecodedValuesThroughTheBasis) {
   for (const Stock& s : stock_codecs()) {
     for (int d : kHeadDims) {
       const std::vector<float> x = gaussian(d, 7 + d), q = gaussian(d, 8 + d);
+      const std::vector<double> wq = hadamard_times(q);
       for (const KvCodecOps* ops : {s.info.reference, &s.optimized}) {
         const std::vector<uint8_t> b = encode(*ops, s.info, x);
-        std::vector<float> y(d), prepared(d), acc(d, 0.5f), out(d);
+        std::vector<float> y(d), prepared(d), acc(d, 0.0f), out(d);
         ops->decode(b.data(), d, y.data());
         ops->prepare_query(q.data(), d, prepared.data());
-        EXPECT_EQ(prepared, q) << s.name;
+        for (int i = 0; i < d; ++i) {
+          if (rotates(s.info)) ASSERT_NEAR(prepared[i], wq[i], 1e-5) << s.name << " d=" << d;
+          else ASSERT_EQ(prepared[i], q[i]) << s.name << " d=" << d;
+        }
         double dot = 0, magnitude = 0;
         for (int i = 0; i < d; ++i) dot += double(q[i]) * y[i], magnitude += std::fabs(double(q[i]) * y[i]);
-        EXPECT_NEAR(ops->score(prepared.data(), b.data(), d), dot, 1e-6 * magnitude) << s.name << " d=" << d;
+        EXPECT_NEAR(ops->score(prepared.data(), b.data(), d), dot, 1e-5 * magnitude) << s.name << " d=" << d;
         ops->accumulate(-0.75f, b.data(), d, acc.data());
-        for (int i = 0; i < d; ++i) EXPECT_NEAR(acc[i], 0.5 - 0.75 * y[i], 1e-6 * (1 + std::fabs(y[i]))) << s.name;
+        ops->accumulate(0.25f, b.data(), d, acc.data());
+        const std::vector<float> row = basis_row(*ops, b, d);
+        for (int i = 0; i < d; ++i) EXPECT_NEAR(acc[i], -0.5 * row[i], 1e-6 * (1 + std::fabs(row[i]))) << s.name;
         ops->finish(acc.data(), d, out.data());
-        EXPECT_EQ(out, acc) << s.name;
+        for (int i = 0; i < d; ++i) EXPECT_NEAR(out[i], -0.5 * y[i], 1e-5 * (1 + std::fabs(y[i]))) << s.name;
+        if (!rotates(s.info)) EXPECT_EQ(out, acc) << s.name;
       }
     }
   }
@@ -322,7 +394,8 @@ TEST(KvStock, OptimizedEncodeAndDecodeAreBitExactOnEveryTarget) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Against llama.cpp's own quantizers (ggml_get_type_traits(type)->from_float_ref), when its build is here.
+// Against llama.cpp's own quantizers (ggml_get_type_traits(type)->from_float_ref), when its build is here:
+// our block of x is ggml's block of x (f16, bf16) or of W x (q8_0, q4_0), which is what llama.cpp's cache holds.
 
 struct GgmlTraitsPrefix {  // leading fields of ggml's struct ggml_type_traits, in ggml.h's order
   const char* type_name;
@@ -362,10 +435,11 @@ TEST(KvStock, SameBlocksAsGgmlsQuantizers) {
     const GgmlTraitsPrefix* t = get_traits(ggml_type);
     ASSERT_STREQ(t->type_name, s.name);
     for (int d : kHeadDims) {
-      const std::vector<float> x = gaussian(d, 99 + d);
+      std::vector<float> x = gaussian(d, 99 + d);
+      const std::vector<uint8_t> ours = encode(s.optimized, s.info, x);
+      if (rotates(s.info)) walsh_hadamard_orthonormal(x.data(), d, x.data());  // what the quantizer sees
       std::vector<uint8_t> theirs(s.info.block_bytes(d));
       t->from_float_ref(x.data(), theirs.data(), d);
-      const std::vector<uint8_t> ours = encode(s.optimized, s.info, x);
       ASSERT_EQ(ours.size(), theirs.size());
       for (size_t i = 0; i < ours.size(); ++i) {
         if (ours[i] == theirs[i]) continue;
@@ -383,9 +457,10 @@ TEST(KvStock, SameBlocksAsGgmlsQuantizers) {
         const bool hi_ok = s.info.codec == KvCodec::Q4_0 && near_midpoint(blk[j0 + 16] * scale / amax);
         EXPECT_TRUE(lo_ok || hi_ok) << s.name << " d=" << d << " byte " << i;
       }
-      std::vector<float> y_ours(d), y_theirs(d);
-      s.optimized.decode(theirs.data(), d, y_ours.data());
+      std::vector<float> y_theirs(d);
       t->to_float(theirs.data(), y_theirs.data(), d);
+      std::vector<float> y_ours(d);  // the dequantized block, signed zeros included
+      s.expand(theirs.data(), 1, d, y_ours.data());
       EXPECT_EQ(std::memcmp(y_ours.data(), y_theirs.data(), sizeof(float) * d), 0) << s.name << " d=" << d;
     }
   }

@@ -1,8 +1,9 @@
 // Optimized CPU ops of the stock KV codecs (f32, f16, bf16, q8_0, q4_0), compiled once per SIMD target through
 // hwy/foreach_target.h and picked at run time. Same bytes and same results as the references in
 // formats/kv/stock_codecs.cpp: encode and decode are bit-exact on every target (the rounding is done with
-// integer and exactly-rounded float operations, never with a target's own conversion, some of which truncate),
-// score and accumulate differ only by float summation order; expand writes exactly decode's values.
+// integer and exactly-rounded float operations, never with a target's own conversion, some of which truncate;
+// the Walsh-Hadamard rotation of q8_0 and q4_0 is the references' butterflies), score and accumulate differ
+// only by float summation order; expand writes exactly the basis rows (q8_0, q4_0: the dequantized blocks).
 //
 // Head dims are 64..512 and vectors hold at most 16 floats, so every loop below runs a whole number of
 // vectors (d / N is a multiple of 4; a 32-element block is 32 / N vectors, a half block 16 / N).
@@ -14,6 +15,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/kv/hadamard-inl.h"
+#include "formats/kv/kv_codec.h"
 #include "formats/weight_formats.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -372,9 +375,34 @@ void Q4_0Accumulate(float w, const uint8_t* block, int d, float* acc) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Expand: a stock codec's row is its decoded head vector, and n blocks back to back are one run of n * d
-// elements in the same layout (q8_0 and q4_0: d / 32 weight blocks per head vector), so expanding them is
-// decoding that run (f32 rows are the blocks themselves: a memcpy, below).
+// q8_0 and q4_0 store the head vector's Walsh-Hadamard transform W x (formats/kv/stock_codecs.cpp says why):
+// encode rotates before quantizing, decode rotates the dequantized block back (W is its own inverse); score
+// and accumulate above read the dequantized block as it is, the basis row, against a query prepared by W.
+
+void WalshHadamard(const float* in, int d, float* out) { hadamard_simd::OrthonormalHadamard(in, d, out); }
+
+template <void (*Quantize)(const float*, int, uint8_t*)>
+HWY_INLINE void HadamardEncode(const float* x, int d, uint8_t* block) {
+  float rotated[fmt::kMaxKvHeadDim];
+  WalshHadamard(x, d, rotated);
+  Quantize(rotated, d, block);
+}
+
+template <void (*Dequantize)(const uint8_t*, int, float*)>
+HWY_INLINE void HadamardDecode(const uint8_t* block, int d, float* x) {
+  Dequantize(block, d, x);
+  WalshHadamard(x, d, x);
+}
+
+void Q8_0HadamardEncode(const float* x, int d, uint8_t* b) { HadamardEncode<Q8_0Encode>(x, d, b); }
+void Q8_0HadamardDecode(const uint8_t* b, int d, float* x) { HadamardDecode<Q8_0Decode>(b, d, x); }
+void Q4_0HadamardEncode(const float* x, int d, uint8_t* b) { HadamardEncode<Q4_0Encode>(x, d, b); }
+void Q4_0HadamardDecode(const uint8_t* b, int d, float* x) { HadamardDecode<Q4_0Decode>(b, d, x); }
+
+// ---------------------------------------------------------------------------------------------------------
+// Expand: a stock codec's row is its dequantized head vector (for q8_0 and q4_0 still in the Hadamard basis),
+// and n blocks back to back are one run of n * d elements in the same layout (q8_0 and q4_0: d / 32 weight
+// blocks per head vector), so expanding them is dequantizing that run (f32 rows are the blocks themselves: a memcpy, below).
 
 void F16Expand(const uint8_t* blocks, int n, int d, float* rows) { F16Decode(blocks, n * d, rows); }
 void Bf16Expand(const uint8_t* blocks, int n, int d, float* rows) { Bf16Decode(blocks, n * d, rows); }
@@ -402,12 +430,13 @@ HWY_EXPORT(Bf16Encode);
 HWY_EXPORT(Bf16Decode);
 HWY_EXPORT(Bf16Score);
 HWY_EXPORT(Bf16Accumulate);
-HWY_EXPORT(Q8_0Encode);
-HWY_EXPORT(Q8_0Decode);
+HWY_EXPORT(WalshHadamard);
+HWY_EXPORT(Q8_0HadamardEncode);
+HWY_EXPORT(Q8_0HadamardDecode);
 HWY_EXPORT(Q8_0Score);
 HWY_EXPORT(Q8_0Accumulate);
-HWY_EXPORT(Q4_0Encode);
-HWY_EXPORT(Q4_0Decode);
+HWY_EXPORT(Q4_0HadamardEncode);
+HWY_EXPORT(Q4_0HadamardDecode);
 HWY_EXPORT(Q4_0Score);
 HWY_EXPORT(Q4_0Accumulate);
 HWY_EXPORT(F16Expand);
@@ -417,7 +446,7 @@ HWY_EXPORT(Q4_0Expand);
 
 namespace {
 
-// The stock codecs work in the plain basis: a prepared query is the query, a finished row is the accumulator.
+// f32, f16 and bf16 work in the plain basis: a prepared query is the query, a finished row is the accumulator.
 void copy_floats(const float* in, int d, float* out) {
   if (in != out) std::memmove(out, in, sizeof(float) * size_t(d));
 }
@@ -442,14 +471,16 @@ float bf16_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_D
 void bf16_accumulate(float w, const uint8_t* b, int d, float* a) {
   HWY_DYNAMIC_DISPATCH(Bf16Accumulate)(w, b, d, a);
 }
-void q8_0_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(Q8_0Encode)(x, d, b); }
-void q8_0_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(Q8_0Decode)(b, d, x); }
+// q8_0 and q4_0 work in the Walsh-Hadamard basis: the query enters it and the output row leaves it through W.
+void walsh_hadamard(const float* in, int d, float* out) { HWY_DYNAMIC_DISPATCH(WalshHadamard)(in, d, out); }
+void q8_0_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(Q8_0HadamardEncode)(x, d, b); }
+void q8_0_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(Q8_0HadamardDecode)(b, d, x); }
 float q8_0_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(Q8_0Score)(q, b, d); }
 void q8_0_accumulate(float w, const uint8_t* b, int d, float* a) {
   HWY_DYNAMIC_DISPATCH(Q8_0Accumulate)(w, b, d, a);
 }
-void q4_0_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(Q4_0Encode)(x, d, b); }
-void q4_0_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(Q4_0Decode)(b, d, x); }
+void q4_0_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(Q4_0HadamardEncode)(x, d, b); }
+void q4_0_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(Q4_0HadamardDecode)(b, d, x); }
 float q4_0_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(Q4_0Score)(q, b, d); }
 void q4_0_accumulate(float w, const uint8_t* b, int d, float* a) {
   HWY_DYNAMIC_DISPATCH(Q4_0Accumulate)(w, b, d, a);
@@ -504,14 +535,14 @@ const formats::KvCodecOps& bf16_ops() {
 }
 
 const formats::KvCodecOps& q8_0_ops() {
-  static const formats::KvCodecOps ops{q8_0_encode, q8_0_decode,     copy_floats,
-                                       q8_0_score,  q8_0_accumulate, copy_floats};
+  static const formats::KvCodecOps ops{q8_0_encode, q8_0_decode,     walsh_hadamard,
+                                       q8_0_score,  q8_0_accumulate, walsh_hadamard};
   return ops;
 }
 
 const formats::KvCodecOps& q4_0_ops() {
-  static const formats::KvCodecOps ops{q4_0_encode, q4_0_decode,     copy_floats,
-                                       q4_0_score,  q4_0_accumulate, copy_floats};
+  static const formats::KvCodecOps ops{q4_0_encode, q4_0_decode,     walsh_hadamard,
+                                       q4_0_score,  q4_0_accumulate, walsh_hadamard};
   return ops;
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "cpu/kv/hadamard-inl.h"
 #include "formats/kv/lloyd_max.h"
 #include "formats/kv/qjl.h"
 #include "formats/kv/rotation.h"
@@ -58,53 +59,13 @@ HWY_INLINE float Dot(const float* a, const float* b, int n) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Rotation: out = after · H · (before ⊙ in) / sqrt(d), the same steps as formats/kv/rotation.cpp.
-
-// Butterfly stages with span h < N happen inside one vector: lane j pairs with lane j ^ h, and
-// v[j] <- v[j ^ h] + (j & h ? -v[j] : v[j]) is a + b for the low lane and a - b for the high one.
-HWY_INLINE void InVectorStages(float* v, int d) {
-  const DF df;
-  const DI di;
-  const int N = int(hn::Lanes(df));
-  for (int h = 1; h < N; h *= 2) {
-    const auto partner = hn::IndicesFromVec(df, hn::Xor(hn::Iota(di, 0), hn::Set(di, h)));
-    const auto high_lane = hn::RebindMask(df, hn::Ne(hn::And(hn::Iota(di, 0), hn::Set(di, h)), hn::Zero(di)));
-    const VF sign = hn::IfThenElse(high_lane, hn::Set(df, -1.0f), hn::Set(df, 1.0f));
-    for (int i = 0; i < d; i += N) {
-      const VF x = hn::LoadU(df, v + i);
-      hn::StoreU(hn::MulAdd(x, sign, hn::TableLookupLanes(x, partner)), df, v + i);
-    }
-  }
-}
-
-HWY_INLINE void AcrossVectorStages(float* v, int d) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  for (int h = N; h < d; h *= 2)
-    for (int i = 0; i < d; i += 2 * h)
-      for (int j = i; j < i + h; j += N) {
-        const VF a = hn::LoadU(df, v + j), b = hn::LoadU(df, v + j + h);
-        hn::StoreU(hn::Add(a, b), df, v + j);
-        hn::StoreU(hn::Sub(a, b), df, v + j + h);
-      }
-}
-
-HWY_INLINE void SignedHadamard(const float* in, int d, const float* before, const float* after, float* out) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  for (int i = 0; i < d; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, in + i), hn::LoadU(df, before + i)), df, out + i);
-  InVectorStages(out, d);
-  AcrossVectorStages(out, d);
-  const VF scale = hn::Set(df, float(1.0 / std::sqrt(double(d))));
-  for (int i = 0; i < d; i += N)
-    hn::StoreU(hn::Mul(hn::LoadU(df, out + i), hn::Mul(hn::LoadU(df, after + i), scale)), df, out + i);
-}
+// Rotation: R x and R^T y through the shared butterflies (cpu/kv/hadamard-inl.h).
 
 HWY_INLINE void Rotate(const float* x, int d, float* y) {
-  SignedHadamard(x, d, fmt::hadamard_signs_in(d), fmt::hadamard_signs_out(d), y);
+  hadamard_simd::SignedHadamard(x, d, fmt::hadamard_signs_in(d), fmt::hadamard_signs_out(d), y);
 }
 HWY_INLINE void Unrotate(const float* y, int d, float* x) {
-  SignedHadamard(y, d, fmt::hadamard_signs_out(d), fmt::hadamard_signs_in(d), x);
+  hadamard_simd::SignedHadamard(y, d, fmt::hadamard_signs_out(d), fmt::hadamard_signs_in(d), x);
 }
 
 // ---------------------------------------------------------------------------------------------------------

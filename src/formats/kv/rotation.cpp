@@ -6,6 +6,7 @@
 // these seeds must never change (a cache written with one R cannot be read with another).
 #include "formats/kv/rotation.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
@@ -76,6 +77,14 @@ void signed_hadamard(const float* in, int d, const float* before, const float* a
 void hadamard_rotate(const float* x, int d, float* y) {
   const SignVectors& s = signs_for(d);
   signed_hadamard(x, d, s.in.data(), s.out.data(), y);
+}
+
+void walsh_hadamard_orthonormal(const float* x, int d, float* y) {
+  head_dim_slot(d);  // throws for an unsupported head dim
+  if (x != y) std::copy(x, x + d, y);
+  walsh_hadamard(y, d);
+  const float scale = float(1.0 / std::sqrt(double(d)));
+  for (int i = 0; i < d; ++i) y[i] *= scale;
 }
 
 void hadamard_unrotate(const float* y, int d, float* x) {
