@@ -16,6 +16,7 @@
 // measure the kernels, not DRAM. Run through scripts/bench-kv-codecs, which records machine and commit.
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -156,7 +157,7 @@ void attention_bench(benchmark::State& state, sparrow::formats::KvCodec k_codec,
   args.n_tokens = 1;
   args.n_heads = kAttentionQueryHeads;
   args.first_position = kAttentionKeys - 1;
-  args.scale = 1.0f / float(d);
+  args.scale = 1.0f / std::sqrt(float(d));  // the usual softmax scale: scores spread as in a model
   args.kv = {k_codec, v_codec, k.data(), v.data(), kAttentionKeys, 1, d, nullptr};
   sparrow::cpu::ThreadPool pool(1);
   for (auto _ : state) {

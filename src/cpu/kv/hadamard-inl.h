@@ -56,13 +56,18 @@ HWY_INLINE void AcrossVectorStages(float* v, int d) {
       }
 }
 
+// v <- H v (unnormalized), both kinds of stage in the references' order.
+HWY_INLINE void Butterflies(float* v, int d) {
+  InVectorStages(v, d);
+  AcrossVectorStages(v, d);
+}
+
 // out = after · H · (before ⊙ in) / sqrt(d), the same steps as formats/kv/rotation.cpp.
 HWY_INLINE void SignedHadamard(const float* in, int d, const float* before, const float* after, float* out) {
   const DF df;
   const int N = int(hn::Lanes(df));
   for (int i = 0; i < d; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, in + i), hn::LoadU(df, before + i)), df, out + i);
-  InVectorStages(out, d);
-  AcrossVectorStages(out, d);
+  Butterflies(out, d);
   const VF scale = hn::Set(df, float(1.0 / std::sqrt(double(d))));
   for (int i = 0; i < d; i += N)
     hn::StoreU(hn::Mul(hn::LoadU(df, out + i), hn::Mul(hn::LoadU(df, after + i), scale)), df, out + i);
@@ -74,8 +79,7 @@ HWY_INLINE void OrthonormalHadamard(const float* in, int d, float* out) {
   const int N = int(hn::Lanes(df));
   if (in != out)
     for (int i = 0; i < d; i += N) hn::StoreU(hn::LoadU(df, in + i), df, out + i);
-  InVectorStages(out, d);
-  AcrossVectorStages(out, d);
+  Butterflies(out, d);
   const VF scale = hn::Set(df, float(1.0 / std::sqrt(double(d))));
   for (int i = 0; i < d; i += N) hn::StoreU(hn::Mul(hn::LoadU(df, out + i), scale), df, out + i);
 }

@@ -402,7 +402,8 @@ void Q4_0HadamardDecode(const uint8_t* b, int d, float* x) { HadamardDecode<Q4_0
 // ---------------------------------------------------------------------------------------------------------
 // Expand: a stock codec's row is its dequantized head vector (for q8_0 and q4_0 still in the Hadamard basis),
 // and n blocks back to back are one run of n * d elements in the same layout (q8_0 and q4_0: d / 32 weight
-// blocks per head vector), so expanding them is dequantizing that run (f32 rows are the blocks themselves: a memcpy, below).
+// blocks per head vector), so expanding them is dequantizing that run (f32 rows are the blocks themselves: a
+// memcpy, below).
 
 void F16Expand(const uint8_t* blocks, int n, int d, float* rows) { F16Decode(blocks, n * d, rows); }
 void Bf16Expand(const uint8_t* blocks, int n, int d, float* rows) { Bf16Decode(blocks, n * d, rows); }
