@@ -348,7 +348,11 @@ void kv_store(ThreadPool& pool, const KvLayerView& kv, const float* k, const flo
   const int32_t d = kv.head_dim;
   const size_t k_bytes = kv_codec_info(kv.k_codec).block_bytes(d), v_bytes = kv_codec_info(kv.v_codec).block_bytes(d);
   if (kv.k_center && first_position == 0) set_key_center(kv, k, n_tokens);
-  pool.parallel_for(n_tokens * kv.n_kv_heads, [&](int64_t row, int) {
+  // A batch longer than a ring keeps only its last `capacity` tokens; storing the others too would have two
+  // threads write the same slot, and either could finish last.
+  const int64_t first_kept = std::max<int64_t>(0, n_tokens - kv.capacity);
+  pool.parallel_for((n_tokens - first_kept) * kv.n_kv_heads, [&](int64_t kept_row, int) {
+    const int64_t row = first_kept * kv.n_kv_heads + kept_row;
     const int64_t t = row / kv.n_kv_heads;
     const int32_t h = int32_t(row % kv.n_kv_heads);
     const int64_t block = h * kv.capacity + (first_position + t) % kv.capacity;
