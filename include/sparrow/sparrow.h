@@ -22,10 +22,24 @@ const char* sparrow_version(void);
 /* ---- model ---- */
 /* progress(fraction in [0,1], user) is called while weights are bound; may be NULL. */
 typedef void (*sparrow_progress_fn)(float fraction, void* user);
+typedef struct sparrow_model_params {
+  const char* device;          /* "cpu" (default) or "cuda": where weights live and every context computes */
+  int32_t n_gpu_layers;        /* layers whose weights go to device memory (llama.cpp's -ngl; 99: all). The
+                                  other layers' weights stay in the file mapping, read by the device over the bus */
+  sparrow_progress_fn progress;
+  void* progress_user;
+} sparrow_model_params;
+
+sparrow_model_params sparrow_model_default_params(void);
+/* NULL on error: unreadable or invalid file, unknown device, or a device this build or machine cannot use. */
+sparrow_model* sparrow_model_load_with_params(const char* path, sparrow_model_params params);
+/* sparrow_model_load_with_params with the default params (CPU) and this progress callback. */
 sparrow_model* sparrow_model_load(const char* path, sparrow_progress_fn progress, void* user);
 void sparrow_model_free(sparrow_model* model);
 /* One line: architecture, layers, embedding size, weight types, file size. */
 const char* sparrow_model_describe(const sparrow_model* model);
+/* One line: the device, its memory, and the bytes of weights placed on it. */
+const char* sparrow_model_placement(const sparrow_model* model);
 int32_t sparrow_model_n_vocab(const sparrow_model* model);
 int32_t sparrow_model_n_ctx_train(const sparrow_model* model);
 

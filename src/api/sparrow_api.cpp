@@ -4,7 +4,8 @@
 #include <cstring>
 #include <string>
 
-#include "kv/kv_cache.h"
+#include "api/kv_options.h"
+#include "runtime/backends.h"
 #include "runtime/chat_format.h"
 #include "runtime/model.h"
 #include "runtime/sampler.h"
@@ -14,6 +15,7 @@
 struct sparrow_model {
   std::unique_ptr<sparrow::Model> model;
   std::string description;
+  std::string placement;
 };
 struct sparrow_context {
   std::unique_ptr<sparrow::Session> session;
@@ -53,18 +55,43 @@ extern "C" {
 const char* sparrow_last_error(void) { return last_error.c_str(); }
 const char* sparrow_version(void) { return "0.1.0"; }
 
-sparrow_model* sparrow_model_load(const char* path, sparrow_progress_fn progress, void* user) {
+sparrow_model_params sparrow_model_default_params(void) {
+  sparrow_model_params p{};
+  p.device = "cpu";
+  p.n_gpu_layers = 0;
+  p.progress = nullptr;
+  p.progress_user = nullptr;
+  return p;
+}
+
+sparrow_model* sparrow_model_load_with_params(const char* path, sparrow_model_params params) {
   return guarded<sparrow_model*>(nullptr, [&]() -> sparrow_model* {
     if (!path) throw sparrow::Error("model path is NULL");
+    const std::string device_name = params.device ? params.device : "cpu";
+    const std::optional<sparrow::Device> device = sparrow::parse_device(device_name);
+    if (!device) throw sparrow::Error("unknown device '" + device_name + "' (expected cpu or cuda)");
+    sparrow::ModelLoadOptions options;
+    options.device = *device;
+    options.n_gpu_layers = params.n_gpu_layers;
+    options.progress = [&](float f) { if (params.progress) params.progress(f, params.progress_user); };
     auto m = std::make_unique<sparrow_model>();
-    m->model = sparrow::Model::load(path, [&](float f) { if (progress) progress(f, user); });
+    m->model = sparrow::Model::load(path, options);
     m->description = m->model->describe();
+    m->placement = m->model->store->describe();
     return m.release();
   });
 }
 
+sparrow_model* sparrow_model_load(const char* path, sparrow_progress_fn progress, void* user) {
+  sparrow_model_params params = sparrow_model_default_params();
+  params.progress = progress;
+  params.progress_user = user;
+  return sparrow_model_load_with_params(path, params);
+}
+
 void sparrow_model_free(sparrow_model* model) { delete model; }
 const char* sparrow_model_describe(const sparrow_model* model) { return model->description.c_str(); }
+const char* sparrow_model_placement(const sparrow_model* model) { return model->placement.c_str(); }
 int32_t sparrow_model_n_vocab(const sparrow_model* model) { return model->model->config.n_vocab; }
 int32_t sparrow_model_n_ctx_train(const sparrow_model* model) { return model->model->config.n_ctx_train; }
 
@@ -122,8 +149,10 @@ sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_param
     o.n_ctx = params.n_ctx;
     o.n_threads = params.n_threads;
     o.n_batch = params.n_batch;
-    o.type_k = sparrow::parse_kv_codec_option(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k", false);
-    o.type_v = sparrow::parse_kv_codec_option(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v", true);
+    o.k_codec = sparrow::parse_kv_codec_option(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k",
+                                               false);
+    o.v_codec = sparrow::parse_kv_codec_option(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v",
+                                               true);
     if (params.kv_layers) o.kv_layers = sparrow::parse_kv_layers(params.kv_layers);
     o.center_keys = params.kv_center_keys < 0    ? sparrow::KeyCentering::Auto
                     : params.kv_center_keys == 0 ? sparrow::KeyCentering::Off

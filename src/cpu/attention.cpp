@@ -323,31 +323,12 @@ void check(const AttentionArgs& a) {
 
 }  // namespace
 
-namespace {
-
-// At the start of a sequence, the key centre of each KV head: the mean key of the batch, without position 0.
-void set_key_center(const KvLayerView& kv, const float* k, int64_t n_tokens) {
-  const int32_t d = kv.head_dim;
-  std::fill(kv.k_center, kv.k_center + int64_t(kv.n_kv_heads) * d, 0.0f);
-  if (n_tokens < kKeyCenterMinTokens) return;
-  for (int32_t h = 0; h < kv.n_kv_heads; ++h) {
-    float* center = kv.k_center + int64_t(h) * d;
-    std::vector<double> sum(d, 0.0);
-    for (int64_t t = 1; t < n_tokens; ++t)
-      for (int32_t i = 0; i < d; ++i) sum[i] += k[(t * kv.n_kv_heads + h) * d + i];
-    for (int32_t i = 0; i < d; ++i) center[i] = float(sum[i] / double(n_tokens - 1));
-  }
-}
-
-}  // namespace
-
 void kv_store(ThreadPool& pool, const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
               int32_t first_position) {
   const formats::KvCodecOps& k_ops = kv_codec_ops(kv.k_codec);
   const formats::KvCodecOps& v_ops = kv_codec_ops(kv.v_codec);
   const int32_t d = kv.head_dim;
   const size_t k_bytes = kv_codec_info(kv.k_codec).block_bytes(d), v_bytes = kv_codec_info(kv.v_codec).block_bytes(d);
-  if (kv.k_center && first_position == 0) set_key_center(kv, k, n_tokens);
   // A batch longer than a ring keeps only its last `capacity` tokens; storing the others too would have two
   // threads write the same slot, and either could finish last.
   const int64_t first_kept = std::max<int64_t>(0, n_tokens - kv.capacity);

@@ -1,6 +1,7 @@
 // The CPU backend: Backend ops on host memory. Matrix products come from cpu/matmul (Highway SIMD, threaded);
 // the element-wise ops here are simple loops the compiler vectorizes.
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -75,6 +76,8 @@ class CpuBackend final : public Backend {
     sizes_.erase(it);
   }
   void read(const float* src, float* host_dst, size_t n) override { std::memcpy(host_dst, src, n * sizeof(float)); }
+  void write(float* dst, const float* host_src, size_t n) override { std::memcpy(dst, host_src, n * sizeof(float)); }
+  size_t memory_capacity() const override { return size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGE_SIZE)); }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
     cpu::matmul(pool_, to_cpu(w), x, n_tokens, y);
@@ -137,6 +140,12 @@ class CpuBackend final : public Backend {
   void mul_rows(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) override {
     for (int64_t r = 0; r < n_rows; ++r)
       for (int64_t i = 0; i < row_len; ++i) y[r * row_len + i] *= x[r * x_row_stride + i];
+  }
+  void mean_rows(const float* x, int64_t n_rows, int64_t row_len, float* out) override {
+    std::vector<double> sum(size_t(row_len), 0.0);
+    for (int64_t r = 0; r < n_rows; ++r)
+      for (int64_t i = 0; i < row_len; ++i) sum[i] += x[r * row_len + i];
+    for (int64_t i = 0; i < row_len; ++i) out[i] = float(sum[i] / double(n_rows));
   }
 
   void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,

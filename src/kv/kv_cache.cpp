@@ -1,7 +1,5 @@
 #include "kv/kv_cache.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <map>
@@ -16,68 +14,38 @@ using formats::kv_codec_info;
 
 namespace {
 
-std::string codec_names(bool for_values) {
-  std::string names;
-  for (const formats::KvCodecInfo& info : formats::kv_codecs()) {
-    if (for_values && info.keys_only) continue;
-    names += (names.empty() ? "" : ", ") + std::string(info.name);
-  }
-  return names;
-}
-
-int32_t parse_layer_index(const std::string& text, const std::string& entry) {
-  size_t used = 0;
-  int64_t value = -1;
-  try {
-    value = std::stoll(text, &used);
-  } catch (const std::exception&) {
-  }
-  if (text.empty() || used != text.size() || value < 0 || value > (1 << 20))
-    throw Error("--kv-layers: '" + entry + "': '" + text + "' is not a layer index");
-  return int32_t(value);
-}
-
-KvLayerOverride parse_override(const std::string& entry) {
-  const size_t colon = entry.find(':');
-  if (colon == std::string::npos)
-    throw Error("--kv-layers: '" + entry + "' should look like 0-3:q8_0/tbq4 (layers:K/V) or 5:f16");
-  const std::string layers = entry.substr(0, colon), codecs = entry.substr(colon + 1);
-  KvLayerOverride o;
-  const size_t dash = layers.find('-');
-  o.first = parse_layer_index(layers.substr(0, dash), entry);
-  o.last = dash == std::string::npos ? o.first : parse_layer_index(layers.substr(dash + 1), entry);
-  if (o.last < o.first) throw Error("--kv-layers: '" + entry + "': the range ends before it starts");
-  const size_t slash = codecs.find('/');
-  o.k = parse_kv_codec_option(codecs.substr(0, slash), "--kv-layers (K)", false);
-  o.v = parse_kv_codec_option(slash == std::string::npos ? codecs : codecs.substr(slash + 1), "--kv-layers (V)",
-                              true);
-  return o;
-}
-
 size_t block_bytes(KvCodec codec, int32_t head_dim) { return kv_codec_info(codec).block_bytes(head_dim); }
 
-int64_t slots(const ModelConfig& config, const LayerConfig& l, const KvCacheOptions& o) {
-  return l.sliding ? std::min<int64_t>(o.n_ctx, int64_t(config.sliding_window) + o.n_batch) : o.n_ctx;
+int64_t slots(const KvLayerShape& l, const KvCacheOptions& o) {
+  return l.sliding ? std::min<int64_t>(o.n_ctx, int64_t(o.sliding_window) + o.n_batch) : o.n_ctx;
 }
 
 // The codecs of every layer that owns KV, after the overrides; checks the overrides against the model.
-std::vector<std::pair<KvCodec, KvCodec>> layer_codecs(const ModelConfig& config, const KvCacheOptions& o) {
-  std::vector<std::pair<KvCodec, KvCodec>> codecs(config.n_layer, {o.type_k, o.type_v});
+std::vector<std::pair<KvCodec, KvCodec>> layer_codecs(const std::vector<KvLayerShape>& layers,
+                                                      const KvCacheOptions& o) {
+  const int32_t n_layer = int32_t(layers.size());
+  std::vector<std::pair<KvCodec, KvCodec>> codecs(n_layer, {o.k_codec, o.v_codec});
   for (const KvLayerOverride& ov : o.layers) {
-    if (ov.last >= config.n_layer)
+    if (ov.first < 0 || ov.last < ov.first)
+      throw Error("--kv-layers: " + std::to_string(ov.first) + "-" + std::to_string(ov.last) +
+                  " is not a range of layers");
+    if (ov.last >= n_layer)
       throw Error("--kv-layers: layer " + std::to_string(ov.last) + " does not exist (the model has " +
-                  std::to_string(config.n_layer) + " layers, 0-" + std::to_string(config.n_layer - 1) + ")");
+                  std::to_string(n_layer) + " layers, 0-" + std::to_string(n_layer - 1) + ")");
     bool any_owner = false;
     for (int32_t il = ov.first; il <= ov.last; ++il) {
-      if (!config.layers[il].owns_kv) continue;
-      codecs[il] = {ov.k, ov.v};
+      if (!layers[il].owns_kv) continue;
+      codecs[il] = {ov.k_codec, ov.v_codec};
       any_owner = true;
     }
     if (!any_owner)
       throw Error("--kv-layers: layers " + std::to_string(ov.first) + "-" + std::to_string(ov.last) +
-                  " share another layer's KV cache (layer " + std::to_string(config.layers[ov.first].kv_source) +
+                  " share another layer's KV cache (layer " + std::to_string(layers[ov.first].kv_source) +
                   "); set the codec on that layer");
   }
+  for (const auto& [k, v] : codecs)
+    if (kv_codec_info(v).keys_only)
+      throw Error(std::string(kv_codec_info(v).name) + " stores keys only and cannot hold V");
   return codecs;
 }
 
@@ -91,13 +59,14 @@ bool centers_keys(KeyCentering mode, KvCodec k_codec) {
   }
 }
 
-// Refuses, before allocating anything, a cache larger than the machine's memory.
-void check_fits_in_memory(double total, int32_t n_ctx) {
-  const double physical = double(sysconf(_SC_PHYS_PAGES)) * double(sysconf(_SC_PAGE_SIZE));
-  if (total > physical)
+// Refuses, before allocating anything, a cache larger than the memory the backend allocates from.
+void check_fits_in_memory(const Backend& backend, double total, int32_t n_ctx) {
+  const double capacity = double(backend.memory_capacity());
+  if (total > capacity)
     throw Error("KV cache for a context of " + std::to_string(n_ctx) + " tokens needs " +
-                std::to_string(int64_t(total / (1 << 20))) + " MiB, more than this machine's " +
-                std::to_string(int64_t(physical / (1 << 20))) + " MiB of memory");
+                std::to_string(int64_t(total / (1 << 20))) + " MiB, more than the " +
+                std::to_string(int64_t(capacity / (1 << 20))) + " MiB of memory of the " + backend.name() +
+                " backend");
 }
 
 std::string mib(double bytes) {
@@ -108,50 +77,30 @@ std::string mib(double bytes) {
 
 }  // namespace
 
-formats::KvCodec parse_kv_codec_option(const std::string& name, const char* option, bool for_values) {
-  const std::optional<KvCodec> codec = formats::parse_kv_codec(name);
-  if (!codec)
-    throw Error(std::string(option) + ": unknown KV cache codec '" + name + "' (expected one of " +
-                codec_names(for_values) + ")");
-  if (for_values && kv_codec_info(*codec).keys_only)
-    throw Error(std::string(option) + ": " + name + " stores keys only; V needs one of " + codec_names(true));
-  return *codec;
-}
-
-std::vector<KvLayerOverride> parse_kv_layers(const std::string& spec) {
-  std::vector<KvLayerOverride> overrides;
-  std::stringstream in(spec);
-  std::string entry;
-  while (std::getline(in, entry, ','))
-    if (!entry.empty()) overrides.push_back(parse_override(entry));
-  return overrides;
-}
-
-KvCache::KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptions& options)
-    : backend_(backend), config_(config), options_(options), views_(config.n_layer) {
+KvCache::KvCache(Backend& backend, std::vector<KvLayerShape> layers, const KvCacheOptions& options)
+    : backend_(backend), layers_(std::move(layers)), options_(options), views_(layers_.size()) {
   if (options.n_ctx <= 0 || options.n_batch <= 0) throw Error("KV cache: n_ctx and n_batch must be positive");
-  parse_kv_codec_option(std::string(kv_codec_info(options.type_v).name), "--cache-type-v", true);
-  const auto codecs = layer_codecs(config, options);
+  const auto codecs = layer_codecs(layers_, options);
   double total = 0;
-  for (int32_t il = 0; il < config.n_layer; ++il) {
-    const LayerConfig& l = config.layers[il];
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const KvLayerShape& l = layers_[il];
     if (!l.owns_kv) continue;
     if (!formats::kv_head_dim_supported(l.head_dim))
       throw Error("KV cache: layer " + std::to_string(il) + " has head dim " + std::to_string(l.head_dim) +
                   ", which the KV codecs do not support (64, 128, 256 or 512)");
-    total += double(slots(config, l, options)) * l.n_kv_heads *
+    total += double(slots(l, options)) * l.n_kv_heads *
              double(block_bytes(codecs[il].first, l.head_dim) + block_bytes(codecs[il].second, l.head_dim));
   }
-  check_fits_in_memory(total, options.n_ctx);
-  for (int32_t il = 0; il < config.n_layer; ++il) {
-    const LayerConfig& l = config.layers[il];
+  check_fits_in_memory(backend, total, options.n_ctx);
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const KvLayerShape& l = layers_[il];
     if (!l.owns_kv) continue;
     KvLayerView& v = views_[il];
     v.k_codec = codecs[il].first;
     v.v_codec = codecs[il].second;
     v.n_kv_heads = l.n_kv_heads;
     v.head_dim = l.head_dim;
-    v.capacity = slots(config, l, options);
+    v.capacity = slots(l, options);
     const size_t k_bytes = size_t(v.capacity) * l.n_kv_heads * block_bytes(v.k_codec, l.head_dim);
     const size_t v_bytes = size_t(v.capacity) * l.n_kv_heads * block_bytes(v.v_codec, l.head_dim);
     v.k = backend.alloc_bytes(k_bytes);
@@ -159,6 +108,23 @@ KvCache::KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptio
     v.v = backend.alloc_bytes(v_bytes);
     bytes_ += k_bytes + v_bytes;
   }
+}
+
+void KvCache::store(int32_t il, const float* k, const float* v, int64_t n_tokens, int32_t first_position) {
+  const KvLayerView& view = views_[il];
+  if (!layers_[il].owns_kv) throw Error("KV cache: layer " + std::to_string(il) + " reads another layer's cache");
+  if (view.k_center && first_position == 0) set_key_center(view, k, n_tokens);
+  backend_.kv_store(view, k, v, n_tokens, first_position);
+}
+
+void KvCache::set_key_center(const KvLayerView& view, const float* k, int64_t n_tokens) {
+  const int64_t width = int64_t(view.n_kv_heads) * view.head_dim;  // one token's keys, all heads
+  if (n_tokens < kKeyCenterMinTokens) {
+    const std::vector<float> zeros(size_t(width), 0.0f);
+    backend_.write(view.k_center, zeros.data(), zeros.size());
+    return;
+  }
+  backend_.mean_rows(k + width, n_tokens - 1, width, view.k_center);
 }
 
 KvCache::~KvCache() {
@@ -171,8 +137,8 @@ KvCache::~KvCache() {
 
 size_t KvCache::bytes_per_token(bool sliding) const {
   size_t total = 0;
-  for (int32_t il = 0; il < config_.n_layer; ++il) {
-    const LayerConfig& l = config_.layers[il];
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const KvLayerShape& l = layers_[il];
     const KvLayerView& v = views_[il];
     if (!l.owns_kv || l.sliding != sliding) continue;
     total += size_t(l.n_kv_heads) * (block_bytes(v.k_codec, l.head_dim) + block_bytes(v.v_codec, l.head_dim));
@@ -188,8 +154,8 @@ std::string KvCache::summary() const {
     std::map<std::string, int32_t> codecs;  // "tbq4/tbq3" -> layers
   };
   Kind sliding, global, shared;
-  for (int32_t il = 0; il < config_.n_layer; ++il) {
-    const LayerConfig& l = config_.layers[il];
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const KvLayerShape& l = layers_[il];
     Kind& kind = !l.owns_kv ? shared : l.sliding ? sliding : global;
     ++kind.layers;
     if (!l.owns_kv) continue;

@@ -1,53 +1,67 @@
 #pragma once
 // The KV cache of one sequence: per layer, the codec of K and of V (formats/kv/), rings of the window size
-// for sliding-window layers (memory follows the window, not the context), and nothing at all for Gemma 4's
-// KV-shared layers, which read their source layer's cache. Gemma 4's dual head dims come with the layers.
+// for sliding-window layers (memory follows the window, not the context), and nothing at all for layers that
+// read another layer's cache (Gemma 4's KV-shared layers). It knows layer shapes, not models: the runtime
+// describes each layer with a KvLayerShape.
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "formats/kv/kv_codec.h"
-#include "model/config.h"
 #include "ops/backend.h"
 
 namespace sparrow {
 
+// What the cache needs to know of one layer.
+struct KvLayerShape {
+  bool sliding = false;    // sliding-window attention: a ring of window + batch slots
+  int32_t head_dim = 0;    // 64, 128, 256 or 512
+  int32_t n_kv_heads = 0;
+  bool owns_kv = true;     // false: reads the cache of layer kv_source and stores nothing
+  int32_t kv_source = 0;   // the layer whose cache this layer reads (itself when owns_kv)
+};
+
 // Layers first..last (inclusive) store K and V with these codecs.
 struct KvLayerOverride {
   int32_t first = 0, last = 0;
-  formats::KvCodec k = formats::KvCodec::F16, v = formats::KvCodec::F16;
+  formats::KvCodec k_codec = formats::KvCodec::F16, v_codec = formats::KvCodec::F16;
 };
 
 // Key centering (KvLayerView::k_center) per layer: Auto centers the keys of layers whose K codec is one of
 // Sparrow's low-bit codecs and leaves llama.cpp's stock codecs (f32, f16, bf16, q8_0, q4_0) exactly as llama.cpp
 // stores them.
 enum class KeyCentering : int8_t { Auto, On, Off };
+// A sequence whose first batch has fewer keys than this is not centered (its center stays zero): the mean of
+// a handful of keys is no estimate of the sequence's common component.
+constexpr int64_t kKeyCenterMinTokens = 8;
 
 struct KvCacheOptions {
   int32_t n_ctx = 4096;   // positions the cache must hold
   int32_t n_batch = 512;  // most tokens written by one forward pass (sizes the sliding rings)
-  formats::KvCodec type_k = formats::KvCodec::F16;
-  formats::KvCodec type_v = formats::KvCodec::F16;
-  std::vector<KvLayerOverride> layers;  // applied in order over type_k/type_v: later entries win
+  int32_t sliding_window = 0;
+  formats::KvCodec k_codec = formats::KvCodec::F16;
+  formats::KvCodec v_codec = formats::KvCodec::F16;
+  std::vector<KvLayerOverride> layers;  // applied in order over k_codec/v_codec: later entries win
   KeyCentering center_keys = KeyCentering::Auto;
 };
 
-// A codec name given for `option` (-ctk, -ctv...) -> the codec; throws sparrow::Error naming the option and
-// listing the codecs otherwise, or if a keys-only codec is given for values.
-formats::KvCodec parse_kv_codec_option(const std::string& name, const char* option, bool for_values);
-// "0-3:q8_0/tbq4,7:f16" (layers:K/V, or layers:C for both) -> overrides; throws sparrow::Error on bad syntax.
-std::vector<KvLayerOverride> parse_kv_layers(const std::string& spec);
-
 class KvCache {
  public:
-  KvCache(Backend& backend, const ModelConfig& config, const KvCacheOptions& options);
+  // Throws sparrow::Error, before allocating anything, for an unusable codec or override, an unsupported head
+  // dim, or a cache larger than the backend's memory.
+  KvCache(Backend& backend, std::vector<KvLayerShape> layers, const KvCacheOptions& options);
   ~KvCache();
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
-  // The cache a layer reads and (if it owns KV) writes.
-  const KvLayerView& layer(int32_t il) const { return views_[config_.layers[il].kv_source]; }
+  // The cache a layer reads (its own, or its source layer's).
+  const KvLayerView& layer(int32_t il) const { return views_[layers_[il].kv_source]; }
+  // Writes K and V rows ([n_tokens][n_kv_heads][head_dim], backend memory) of layer il for positions
+  // first_position... At the start of a sequence it first sets the layer's key center: the mean key of the
+  // batch without position 0 (the attention sink, whose key is far from the rest), or zero for a short batch.
+  void store(int32_t il, const float* k, const float* v, int64_t n_tokens, int32_t first_position);
+
   int32_t n_ctx() const { return options_.n_ctx; }
   size_t bytes() const { return bytes_; }
   // Bytes of K+V per token of context, summed over the layers of one kind (sliding or global) that own KV.
@@ -56,10 +70,12 @@ class KvCache {
   std::string summary() const;
 
  private:
+  void set_key_center(const KvLayerView& view, const float* k, int64_t n_tokens);
+
   Backend& backend_;
-  const ModelConfig& config_;
+  std::vector<KvLayerShape> layers_;
   KvCacheOptions options_;
-  std::vector<KvLayerView> views_;  // indexed by layer; empty views for KV-shared layers
+  std::vector<KvLayerView> views_;  // indexed by layer; empty views for layers that do not own KV
   size_t bytes_ = 0;
 };
 

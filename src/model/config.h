@@ -1,6 +1,6 @@
 #pragma once
 // Hyperparameters of a Gemma 3 / Gemma 4 text decoder, read from GGUF metadata and resolved per layer so the
-// forward pass never branches on the architecture name. Spec: shared/spec/gemma.md.
+// forward pass never branches on the architecture name. Summary of the architecture: docs/gemma.md.
 #include <cstdint>
 #include <string>
 #include <vector>

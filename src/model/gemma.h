@@ -1,6 +1,6 @@
 #pragma once
 // The Gemma 3 / Gemma 4 text decoder forward pass, written once against the Backend op interface.
-// Read it beside shared/spec/gemma.md: each step is one op.
+// Read it beside docs/gemma.md: each step is one op.
 #include <cstdint>
 
 #include "kv/kv_cache.h"
@@ -33,9 +33,9 @@ class GemmaForward {
   void output(int32_t first_row, int32_t n_rows, float* logits);
   RopeParams rope_params(const LayerConfig& l) const;
 
-  Backend& be_;
-  const ModelConfig& c_;
-  const ModelWeights& w_;
+  Backend& backend_;
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
   KvCache& cache_;
   int32_t max_tokens_;
   // Scratch activations, [max_tokens][width].

@@ -8,19 +8,25 @@
 namespace sparrow {
 namespace {
 
+// Binds named tensors and places them with the store; on_device says where the next ones go.
 class Binder {
  public:
-  explicit Binder(const gguf::File& file) : file_(file) {}
+  Binder(const gguf::File& file, WeightStore& store) : file_(file), store_(store) {}
+  void place_on_device(bool on_device) { on_device_ = on_device; }
 
   WeightMatrix matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
-    return as_matrix(file_.tensor(name), n_in, n_out);
+    return store_.place(as_matrix(file_.tensor(name), n_in, n_out), on_device_);
   }
   WeightMatrix optional_matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
     const gguf::TensorInfo* t = file_.find_tensor(name);
-    return t ? as_matrix(*t, n_in, n_out) : WeightMatrix{};
+    return t ? store_.place(as_matrix(*t, n_in, n_out), on_device_) : WeightMatrix{};
   }
-  std::vector<float> vector(const std::string& name, int64_t n) const { return as_vector(file_.tensor(name), n); }
-  std::vector<float> optional_vector(const std::string& name, int64_t n) const {
+  const float* vector(const std::string& name, int64_t n) const {
+    const std::vector<float> host = as_vector(file_.tensor(name), n);
+    return store_.place_floats(host.data(), host.size());
+  }
+  // A vector the host reads (scalars such as layer_output_scale); empty when absent.
+  std::vector<float> optional_host_vector(const std::string& name, int64_t n) const {
     const gguf::TensorInfo* t = file_.find_tensor(name);
     return t ? as_vector(*t, n) : std::vector<float>{};
   }
@@ -42,6 +48,8 @@ class Binder {
     return out;
   }
   const gguf::File& file_;
+  WeightStore& store_;
+  bool on_device_ = false;
 };
 
 std::string blk(int il, const char* name) { return "blk." + std::to_string(il) + "." + name + ".weight"; }
@@ -72,24 +80,24 @@ LayerWeights bind_layer(const Binder& b, const ModelConfig& c, int il) {
     w.ple_proj = b.matrix(blk(il, "proj"), c.n_embd_per_layer, c.n_embd);
     w.ple_post_norm = b.vector(blk(il, "post_norm"), c.n_embd);
   }
-  std::vector<float> scale = b.optional_vector(blk(il, "layer_output_scale"), 1);
+  const std::vector<float> scale = b.optional_host_vector(blk(il, "layer_output_scale"), 1);
   if (!scale.empty()) w.output_scale = scale[0];
   return w;
 }
 
 }  // namespace
 
-ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c,
-                                const std::function<void(float)>& progress) {
-  Binder b(file);
+ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c, WeightStore& store,
+                                int32_t n_gpu_layers, const std::function<void(float)>& progress) {
+  Binder b(file, store);
+  b.place_on_device(n_gpu_layers > c.n_layer);
   ModelWeights w;
   w.token_embd = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
   w.output = b.optional_matrix("output.weight", c.n_embd, c.n_vocab);
   if (!w.output.data) w.output = w.token_embd;
   w.output_norm = b.vector("output_norm.weight", c.n_embd);
   for (const LayerConfig& l : c.layers) {
-    if (l.proportional_rope && w.rope_freq_divisors.empty())
-      w.rope_freq_divisors = b.vector("rope_freqs.weight", l.n_rot / 2);
+    if (l.proportional_rope && !w.rope_freq_divisors) w.rope_freq_divisors = b.vector("rope_freqs.weight", l.n_rot / 2);
   }
   if (c.n_embd_per_layer > 0) {
     const int64_t ple_width = int64_t(c.n_layer) * c.n_embd_per_layer;
@@ -98,6 +106,7 @@ ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c,
     w.per_layer_proj_norm = b.vector("per_layer_proj_norm.weight", c.n_embd_per_layer);
   }
   for (int il = 0; il < c.n_layer; ++il) {
+    b.place_on_device(il < n_gpu_layers);
     w.layers.push_back(bind_layer(b, c, il));
     if (progress) progress(float(il + 1) / c.n_layer);
   }

@@ -1,6 +1,8 @@
 #pragma once
-// The model's tensors bound to named fields once at load, with their shapes checked against the config.
-// Matrices stay in the file mapping (zero-copy); 1-D norm vectors are converted to float once.
+// The model's tensors bound to named fields once at load, with their shapes checked against the config, and
+// placed by the backend's WeightStore: on the CPU matrices stay in the file mapping (zero-copy); on a GPU they are
+// uploaded once (or, for layers not offloaded, read from the mapping over the bus). 1-D norm vectors are
+// converted to float once and placed the same way. Every pointer here is backend memory.
 #include <functional>
 #include <vector>
 
@@ -11,30 +13,37 @@
 namespace sparrow {
 
 struct LayerWeights {
-  std::vector<float> attn_norm, attn_q_norm, attn_k_norm, post_attention_norm, ffn_norm, post_ffw_norm;
+  const float* attn_norm = nullptr;
+  const float* attn_q_norm = nullptr;
+  const float* attn_k_norm = nullptr;  // null on KV-shared layers
+  const float* post_attention_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  const float* post_ffw_norm = nullptr;
   WeightMatrix attn_q, attn_k, attn_v, attn_output;  // attn_k/attn_v absent (data null) on KV-shared layers;
                                                      // attn_v absent on Gemma 4 k_eq_v layers (V = K projection)
   WeightMatrix ffn_gate, ffn_up, ffn_down;
   // Gemma 4 per-layer embeddings
   WeightMatrix ple_inp_gate, ple_proj;
-  std::vector<float> ple_post_norm;
+  const float* ple_post_norm = nullptr;
   float output_scale = 1.0f;  // Gemma 4 layer_output_scale
 };
 
 struct ModelWeights {
   WeightMatrix token_embd;  // {n_embd, n_vocab}
   WeightMatrix output;      // tied to token_embd when the file has no output.weight
-  std::vector<float> output_norm;
-  std::vector<float> rope_freq_divisors;  // Gemma 4 rope_freqs.weight (n_rot/2 of the global layers)
+  const float* output_norm = nullptr;
+  const float* rope_freq_divisors = nullptr;  // Gemma 4 rope_freqs.weight (n_rot/2 of the global layers), or null
   // Gemma 4 per-layer embeddings (PLE)
   WeightMatrix per_layer_token_embd;  // {n_layer * P, n_vocab}
   WeightMatrix per_layer_model_proj;  // {n_embd, n_layer * P}
-  std::vector<float> per_layer_proj_norm;
+  const float* per_layer_proj_norm = nullptr;
   std::vector<LayerWeights> layers;
 
+  // Layers below n_gpu_layers go to device memory (where the store has one); the tensors outside the layers
+  // (embeddings, output) too when n_gpu_layers exceeds the layer count, as with llama.cpp's -ngl.
   // progress(fraction) is called once per layer.
-  static ModelWeights bind(const gguf::File& file, const ModelConfig& config,
-                           const std::function<void(float)>& progress);
+  static ModelWeights bind(const gguf::File& file, const ModelConfig& config, WeightStore& store,
+                           int32_t n_gpu_layers, const std::function<void(float)>& progress);
 };
 
 }  // namespace sparrow

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "formats/kv/kv_codec.h"
 #include "gguf/tensor_types.h"
@@ -42,11 +43,9 @@ struct KvLayerView {
   int32_t head_dim = 0;
   // Key centering (null: off): keys are stored minus this vector ([n_kv_heads][head_dim] floats), which shifts
   // every score of a query by the same constant and so leaves the softmax unchanged, while the codec quantizes a
-  // much smaller vector. A store at position 0 (a new sequence) of at least kKeyCenterMinTokens tokens sets it to
-  // the mean of the keys it writes, excluding position 0 (the attention sink); a shorter one sets it to zero.
+  // much smaller vector. The KV cache (kv/) sets it at the start of a sequence; kv_store only subtracts it.
   float* k_center = nullptr;
 };
-constexpr int64_t kKeyCenterMinTokens = 8;
 
 struct AttentionArgs {
   const float* q = nullptr;  // [n_tokens][n_heads][head_dim], RoPE applied
@@ -69,6 +68,9 @@ class Backend {
   virtual void* alloc_bytes(size_t n_bytes) = 0;
   virtual void free_buffer(void* p) = 0;
   virtual void read(const float* src, float* host_dst, size_t n) = 0;
+  virtual void write(float* dst, const float* host_src, size_t n) = 0;
+  // Bytes of the memory alloc draws from (host RAM, device memory): larger requests are refused up front.
+  virtual size_t memory_capacity() const = 0;
 
   // y[t][o] = sum_i w[o][i] * x[t][i]
   virtual void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
@@ -87,8 +89,11 @@ class Backend {
   virtual void copy(float* y, const float* x, int64_t n) = 0;      // y = x
   // y[r][i] *= x[r * x_row_stride + i] for r < n_rows, i < row_len (y rows contiguous).
   virtual void mul_rows(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) = 0;
+  // out[i] = mean over r < n_rows of x[r * row_len + i], for i < row_len (accumulated in double on the CPU).
+  virtual void mean_rows(const float* x, int64_t n_rows, int64_t row_len, float* out) = 0;
 
-  // Encodes K and V rows ([n_tokens][n_kv_heads][head_dim] floats) for positions first_position.. into kv.
+  // Encodes K and V rows ([n_tokens][n_kv_heads][head_dim] floats) for positions first_position.. into kv
+  // (minus kv.k_center for keys, when set).
   virtual void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
                         int32_t first_position) = 0;
   // Causal (optionally sliding-window) softmax attention of q over the keys and values in args.kv, read
@@ -97,7 +102,21 @@ class Backend {
   virtual void attention(const AttentionArgs& args) = 0;
 };
 
-// The CPU backend (SIMD through Highway, n_threads workers; <= 0: all cores).
+// Where a model's weights live, placed once at load and shared by every Backend (context) of the model.
+class WeightStore {
+ public:
+  virtual ~WeightStore() = default;
+  // The backend-side view of a weight matrix held in host memory (the file mapping). on_device: in the device's
+  // own memory, uploaded once; otherwise read where it is (the CPU; a GPU over the bus).
+  virtual WeightMatrix place(const WeightMatrix& host, bool on_device) = 0;
+  // A copy of n host floats (norm vectors, RoPE divisors) in backend memory.
+  virtual const float* place_floats(const float* host, size_t n) = 0;
+  virtual size_t device_bytes() const = 0;   // bytes placed in device memory (0 on the CPU)
+  virtual std::string describe() const = 0;  // the device, its memory, and what was placed on it
+};
+
+// The CPU backend (SIMD through Highway, n_threads workers; <= 0: all cores) and its weight store.
 std::unique_ptr<Backend> make_cpu_backend(int n_threads);
+std::unique_ptr<WeightStore> make_cpu_weight_store();
 
 }  // namespace sparrow

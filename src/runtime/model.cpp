@@ -7,11 +7,16 @@
 
 namespace sparrow {
 
-std::unique_ptr<Model> Model::load(const std::string& path, const std::function<void(float)>& progress) {
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptions& options) {
+  if (options.n_gpu_layers < 0)
+    throw Error("n_gpu_layers is " + std::to_string(options.n_gpu_layers) + "; it must be 0 or more");
   auto model = std::make_unique<Model>();
   model->file = gguf::File::open(path);
   model->config = ModelConfig::from_gguf(*model->file);
-  model->weights = ModelWeights::bind(*model->file, model->config, progress);
+  model->device = options.device;
+  model->store = make_weight_store(options.device);
+  model->weights = ModelWeights::bind(*model->file, model->config, *model->store, options.n_gpu_layers,
+                                      options.progress);
   model->tokenizer = Tokenizer::from_gguf(*model->file);
   if (model->tokenizer->n_vocab() != model->config.n_vocab)
     throw Error(path + ": tokenizer.ggml.tokens: " + std::to_string(model->tokenizer->n_vocab()) +

@@ -1,5 +1,5 @@
 #pragma once
-// A loaded model: the mapped GGUF file, its resolved config, bound weights and tokenizer.
+// A loaded model: the mapped GGUF file, its resolved config, its weights placed on a device, and its tokenizer.
 #include <functional>
 #include <memory>
 #include <string>
@@ -7,18 +7,27 @@
 #include "gguf/gguf.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "runtime/backends.h"
 #include "tokenizer/tokenizer.h"
 
 namespace sparrow {
 
+struct ModelLoadOptions {
+  Device device = Device::Cpu;
+  int32_t n_gpu_layers = 0;  // layers whose weights go to device memory (llama.cpp's -ngl); 99: all
+  std::function<void(float)> progress;  // fraction of the weights bound; may be empty
+};
+
 struct Model {
   std::unique_ptr<gguf::File> file;
   ModelConfig config;
+  Device device = Device::Cpu;
+  std::unique_ptr<WeightStore> store;  // owns the placed weights; declared before them, destroyed after
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
 
-  // progress(fraction) while weights are bound. Throws sparrow::Error naming the file and field.
-  static std::unique_ptr<Model> load(const std::string& path, const std::function<void(float)>& progress);
+  // Throws sparrow::Error naming the file and field, or why the device cannot be used.
+  static std::unique_ptr<Model> load(const std::string& path, const ModelLoadOptions& options);
   std::string describe() const;
 };
 

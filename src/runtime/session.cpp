@@ -5,6 +5,17 @@
 #include "util/error.h"
 
 namespace sparrow {
+namespace {
+
+std::vector<KvLayerShape> kv_layer_shapes(const ModelConfig& config) {
+  std::vector<KvLayerShape> shapes;
+  for (const LayerConfig& l : config.layers)
+    shapes.push_back({.sliding = l.sliding, .head_dim = l.head_dim, .n_kv_heads = l.n_kv_heads,
+                      .owns_kv = l.owns_kv, .kv_source = l.kv_source});
+  return shapes;
+}
+
+}  // namespace
 
 Session::Session(const Model& model, const SessionOptions& options) : model_(model) {
   const ModelConfig& c = model.config;
@@ -12,15 +23,16 @@ Session::Session(const Model& model, const SessionOptions& options) : model_(mod
   if (n_ctx > (1 << 24))
     throw Error("context size " + std::to_string(n_ctx) + " is too large (at most 16777216 tokens)");
   n_batch_ = std::clamp(options.n_batch > 0 ? options.n_batch : 512, 1, n_ctx);
-  backend_ = make_cpu_backend(options.n_threads);
+  backend_ = make_backend(model.device, options.n_threads);
   KvCacheOptions kv;
   kv.n_ctx = n_ctx;
   kv.n_batch = n_batch_;
-  kv.type_k = options.type_k;
-  kv.type_v = options.type_v;
+  kv.sliding_window = c.sliding_window;
+  kv.k_codec = options.k_codec;
+  kv.v_codec = options.v_codec;
   kv.layers = options.kv_layers;
   kv.center_keys = options.center_keys;
-  cache_ = std::make_unique<KvCache>(*backend_, c, kv);
+  cache_ = std::make_unique<KvCache>(*backend_, kv_layer_shapes(c), kv);
   forward_ = std::make_unique<GemmaForward>(*backend_, c, model.weights, *cache_, n_batch_);
 }
 

@@ -1,5 +1,6 @@
 #pragma once
-// One sequence being run: its backend, KV cache, forward pass and the logits of the last decode.
+// One sequence being run: its backend (on the model's device), KV cache, forward pass and the logits of the
+// last decode.
 #include <memory>
 #include <vector>
 
@@ -14,8 +15,8 @@ struct SessionOptions {
   int32_t n_ctx = 0;     // 0: min(training context, 4096)
   int32_t n_threads = 0;
   int32_t n_batch = 512;
-  formats::KvCodec type_k = formats::KvCodec::F16;
-  formats::KvCodec type_v = formats::KvCodec::F16;
+  formats::KvCodec k_codec = formats::KvCodec::F16;
+  formats::KvCodec v_codec = formats::KvCodec::F16;
   std::vector<KvLayerOverride> kv_layers;
   KeyCentering center_keys = KeyCentering::Auto;
 };

@@ -1,12 +1,13 @@
 // The KV cache: per-layer codecs for K and V, sliding-window rings, KV-shared layers, Gemma 4's dual head dims,
 // the --kv-layers syntax, and the errors for codecs or layers that cannot be used. Geometry from a hand-made
-// config, sizes from the codecs' bits per element (spec numbers), not from the cache's own arithmetic.
+// layer shapes, sizes from the codecs' bits per element (spec numbers), not from the cache's own arithmetic.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "cli_test_util.h"
 #include "sparrow/sparrow.h"
+#include "api/kv_options.h"
 #include "kv/kv_cache.h"
 #include "util/error.h"
 
@@ -17,32 +18,28 @@ using formats::KvCodec;
 
 // Gemma-4-like: sliding layers with head dim 256 and 2 KV heads, a global layer with head dim 512 and 1 KV
 // head, and two KV-shared layers reading layers 3 (sliding) and 2 (global).
-ModelConfig mixed_config() {
-  ModelConfig c;
-  c.arch = Architecture::Gemma4;
-  c.n_layer = 6;
-  c.n_heads = 4;
-  c.sliding_window = 128;
-  auto layer = [](bool sliding, int32_t d, int32_t kv_heads, int32_t source, bool owns) {
-    LayerConfig l;
-    l.sliding = sliding;
-    l.head_dim = d;
-    l.n_kv_heads = kv_heads;
-    l.owns_kv = owns;
-    l.kv_source = source;
-    return l;
-  };
-  c.layers = {layer(true, 256, 2, 0, true),  layer(true, 256, 2, 1, true),  layer(false, 512, 1, 2, true),
-              layer(true, 256, 2, 3, true),  layer(true, 256, 2, 3, false), layer(false, 512, 1, 2, false)};
-  return c;
+std::vector<KvLayerShape> mixed_layers() {
+  return {{.sliding = true, .head_dim = 256, .n_kv_heads = 2, .owns_kv = true, .kv_source = 0},
+          {.sliding = true, .head_dim = 256, .n_kv_heads = 2, .owns_kv = true, .kv_source = 1},
+          {.sliding = false, .head_dim = 512, .n_kv_heads = 1, .owns_kv = true, .kv_source = 2},
+          {.sliding = true, .head_dim = 256, .n_kv_heads = 2, .owns_kv = true, .kv_source = 3},
+          {.sliding = true, .head_dim = 256, .n_kv_heads = 2, .owns_kv = false, .kv_source = 3},
+          {.sliding = false, .head_dim = 512, .n_kv_heads = 1, .owns_kv = false, .kv_source = 2}};
 }
+constexpr int32_t kWindow = 128;
 
 // Bytes of one head vector of dimension d in a codec with the given bits per element.
 double vector_bytes(double bits_per_element, int d) { return bits_per_element * d / 8; }
 
 struct CacheFixture : ::testing::Test {
+  // Options with the layers' sliding window set.
+  static KvCacheOptions options() {
+    KvCacheOptions o;
+    o.sliding_window = kWindow;
+    return o;
+  }
   std::unique_ptr<Backend> backend = make_cpu_backend(1);
-  ModelConfig config = mixed_config();
+  std::vector<KvLayerShape> layers = mixed_layers();
 };
 
 TEST(KvLayersSyntax, RangesSingleLayersAndBothCodecs) {
@@ -50,13 +47,13 @@ TEST(KvLayersSyntax, RangesSingleLayersAndBothCodecs) {
   ASSERT_EQ(o.size(), 3u);
   EXPECT_EQ(o[0].first, 0);
   EXPECT_EQ(o[0].last, 3);
-  EXPECT_EQ(o[0].k, KvCodec::Q8_0);
-  EXPECT_EQ(o[0].v, KvCodec::TBQ4);
+  EXPECT_EQ(o[0].k_codec, KvCodec::Q8_0);
+  EXPECT_EQ(o[0].v_codec, KvCodec::TBQ4);
   EXPECT_EQ(o[1].first, 7);
   EXPECT_EQ(o[1].last, 7);
-  EXPECT_EQ(o[1].k, KvCodec::F16);
-  EXPECT_EQ(o[1].v, KvCodec::F16);
-  EXPECT_EQ(o[2].k, KvCodec::QJL);
+  EXPECT_EQ(o[1].k_codec, KvCodec::F16);
+  EXPECT_EQ(o[1].v_codec, KvCodec::F16);
+  EXPECT_EQ(o[2].k_codec, KvCodec::QJL);
   EXPECT_TRUE(parse_kv_layers("").empty());
 }
 
@@ -83,15 +80,15 @@ TEST(KvCodecOption, KeysOnlyCodecIsRefusedForValues) {
 }
 
 TEST_F(CacheFixture, SizesFollowCodecsWindowsAndSharing) {
-  KvCacheOptions o;
+  KvCacheOptions o = options();
   o.n_ctx = 1000;
   o.n_batch = 64;
-  o.type_k = KvCodec::TBQ4;
-  o.type_v = KvCodec::TBQ3;
+  o.k_codec = KvCodec::TBQ4;
+  o.v_codec = KvCodec::TBQ3;
   o.layers = parse_kv_layers("1:q8_0/f16");
-  KvCache cache(*backend, config, o);
+  KvCache cache(*backend, layers, o);
 
-  const int64_t ring = 128 + 64;  // window + batch
+  const int64_t ring = kWindow + 64;  // window + batch
   EXPECT_EQ(cache.layer(0).capacity, ring);
   EXPECT_EQ(cache.layer(2).capacity, 1000);
   EXPECT_EQ(cache.layer(1).k_codec, KvCodec::Q8_0);
@@ -123,50 +120,80 @@ TEST_F(CacheFixture, SizesFollowCodecsWindowsAndSharing) {
 }
 
 TEST_F(CacheFixture, KeysAreCenteredForLowBitCodecsUnlessToldOtherwise) {
-  KvCacheOptions o;
-  o.type_k = KvCodec::TBQ4;
+  KvCacheOptions o = options();
+  o.k_codec = KvCodec::TBQ4;
   o.layers = parse_kv_layers("1:q8_0/f16,2:q4_0");
   {
-    KvCache cache(*backend, config, o);
+    KvCache cache(*backend, layers, o);
     EXPECT_NE(cache.layer(0).k_center, nullptr);
     EXPECT_EQ(cache.layer(1).k_center, nullptr);  // llama.cpp's codecs stay as llama.cpp stores them
     EXPECT_EQ(cache.layer(2).k_center, nullptr);
   }
   o.center_keys = KeyCentering::Off;
   {
-    KvCache cache(*backend, config, o);
+    KvCache cache(*backend, layers, o);
     EXPECT_EQ(cache.layer(0).k_center, nullptr);
   }
   o.center_keys = KeyCentering::On;
   {
-    KvCache cache(*backend, config, o);
+    KvCache cache(*backend, layers, o);
     EXPECT_NE(cache.layer(1).k_center, nullptr);
   }
 }
 
+// The first store of a sequence sets each KV head's center to the batch's mean key without position 0 (the
+// attention sink); a first batch shorter than kKeyCenterMinTokens leaves it at zero.
+TEST_F(CacheFixture, KeyCenterIsTheMeanKeyWithoutPositionZero) {
+  layers = {{.sliding = false, .head_dim = 64, .n_kv_heads = 2, .owns_kv = true, .kv_source = 0}};
+  KvCacheOptions o = options();
+  o.n_ctx = 32;
+  o.k_codec = o.v_codec = KvCodec::F32;
+  o.center_keys = KeyCentering::On;
+  KvCache cache(*backend, layers, o);
+  const int d = 64, heads = 2, n = 10;
+  std::vector<float> k(size_t(n) * heads * d), v(k.size(), 0.0f);
+  for (int t = 0; t < n; ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int i = 0; i < d; ++i) k[(size_t(t) * heads + h) * d + i] = t == 0 ? 1000.0f : float(t + i + 100 * h);
+  cache.store(0, k.data(), v.data(), n, 0);
+  const float* center = cache.layer(0).k_center;
+  for (int h = 0; h < heads; ++h)
+    for (int i = 0; i < d; ++i) EXPECT_FLOAT_EQ(center[h * d + i], 5.0f + float(i + 100 * h));  // mean of 1..9
+  // Keys are stored minus the center.
+  const float* stored = static_cast<const float*>(cache.layer(0).k);
+  EXPECT_FLOAT_EQ(stored[3 * d + 7], k[(3 * heads + 0) * d + 7] - center[7]);
+
+  cache.store(0, k.data(), v.data(), kKeyCenterMinTokens - 1, 0);
+  for (int i = 0; i < heads * d; ++i) EXPECT_EQ(center[i], 0.0f);
+  // Later batches of the sequence keep the center.
+  cache.store(0, k.data(), v.data(), n, 0);
+  cache.store(0, k.data(), v.data(), 2, n);
+  EXPECT_FLOAT_EQ(center[0], 5.0f);
+}
+
 TEST_F(CacheFixture, SlidingRingNeverExceedsTheContext) {
-  KvCacheOptions o;
+  KvCacheOptions o = options();
   o.n_ctx = 100;
   o.n_batch = 64;
-  KvCache cache(*backend, config, o);
+  KvCache cache(*backend, layers, o);
   EXPECT_EQ(cache.layer(0).capacity, 100);
 }
 
 TEST_F(CacheFixture, OverridesOnSharedLayersOnlyOrMissingLayersAreRefused) {
-  KvCacheOptions o;
+  KvCacheOptions o = options();
   o.layers = parse_kv_layers("4-5:q8_0");
-  EXPECT_THROW(KvCache(*backend, config, o), Error);
+  EXPECT_THROW(KvCache(*backend, layers, o), Error);
   o.layers = parse_kv_layers("3-5:q8_0");  // a range with an owner is fine; shared layers follow their source
-  EXPECT_NO_THROW(KvCache(*backend, config, o));
+  EXPECT_NO_THROW(KvCache(*backend, layers, o));
   o.layers = parse_kv_layers("6:q8_0");
-  EXPECT_THROW(KvCache(*backend, config, o), Error);
+  EXPECT_THROW(KvCache(*backend, layers, o), Error);
 }
 
 TEST_F(CacheFixture, UnsupportedHeadDimIsAClearError) {
-  config.layers[2].head_dim = 96;
-  config.layers[5].head_dim = 96;
+  layers[2].head_dim = 96;
+  layers[5].head_dim = 96;
   try {
-    KvCache cache(*backend, config, KvCacheOptions{});
+    KvCache cache(*backend, layers, options());
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("head dim 96"), std::string::npos) << e.what();
@@ -174,10 +201,10 @@ TEST_F(CacheFixture, UnsupportedHeadDimIsAClearError) {
 }
 
 TEST_F(CacheFixture, ImpossibleContextIsRefusedBeforeAllocating) {
-  KvCacheOptions o;
+  KvCacheOptions o = options();
   o.n_ctx = 1 << 30;
-  o.type_k = o.type_v = KvCodec::F32;
-  EXPECT_THROW(KvCache(*backend, config, o), Error);
+  o.k_codec = o.v_codec = KvCodec::F32;
+  EXPECT_THROW(KvCache(*backend, layers, o), Error);
 }
 
 // The tools: any KV configuration runs, and bad ones exit non-zero with one line. The model has f32 weights:

@@ -9,6 +9,7 @@
 #include "cli_test_util.h"
 #include "gguf/gguf.h"
 #include "runtime/model.h"
+#include "sparrow/sparrow.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -58,7 +59,7 @@ fs::path edited_copy(const std::string& name, const Edit& edit) {
 
 void expect_load_error(const fs::path& file, const std::string& needle) {
   try {
-    Model::load(file.string(), nullptr);
+    Model::load(file.string(), ModelLoadOptions{});
     ADD_FAILURE() << "loading " << file << " should fail";
   } catch (const Error& e) {
     const std::string msg = e.what();
@@ -70,9 +71,39 @@ void expect_load_error(const fs::path& file, const std::string& needle) {
 }
 
 TEST(ModelLoad, TheUneditedTinyModelLoads) {
-  auto m = Model::load(tiny_gemma4().string(), nullptr);
+  auto m = Model::load(tiny_gemma4().string(), ModelLoadOptions{});
   EXPECT_EQ(m->config.arch, Architecture::Gemma4);
   EXPECT_GT(m->config.n_embd_per_layer, 0);
+}
+
+TEST(ModelLoad, NegativeGpuLayersAreRefused) {
+  ModelLoadOptions o;
+  o.n_gpu_layers = -1;
+  EXPECT_THROW(Model::load(tiny_gemma4().string(), o), Error);
+}
+
+// On a machine without a usable GPU (CI), asking for CUDA is a one-line error saying why, not a crash; with a
+// GPU the model loads there.
+TEST(ModelLoad, CudaWithoutAGpuSaysWhy) {
+  const std::string reason = device_unavailable_reason(Device::Cuda);
+  if (reason.empty()) GTEST_SKIP() << "a CUDA GPU is present; tests/gpu covers loading on it";
+  ModelLoadOptions o;
+  o.device = Device::Cuda;
+  o.n_gpu_layers = 99;
+  try {
+    Model::load(tiny_gemma4().string(), o);
+    FAIL() << "loaded on a device that is not there";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), reason);
+    EXPECT_EQ(reason.find('\n'), std::string::npos);
+  }
+}
+
+TEST(ModelLoad, UnknownDeviceThroughTheCApi) {
+  sparrow_model_params p = sparrow_model_default_params();
+  p.device = "tpu";
+  EXPECT_EQ(sparrow_model_load_with_params(tiny_gemma4().c_str(), p), nullptr);
+  EXPECT_NE(std::string(sparrow_last_error()).find("unknown device 'tpu'"), std::string::npos) << sparrow_last_error();
 }
 
 TEST(ModelLoad, MissingBlockCount) {

@@ -1,7 +1,7 @@
 #pragma once
 // KV-cache codecs: how one head vector (K or V of one token and KV head, d = head dim in {64,128,256,512})
 // becomes a few bytes, and what attention needs from those bytes without rebuilding the cache.
-// Spec: shared/spec/kv-codecs.md. Every codec is defined once here (layout, constants, reference ops); the
+// Summary of the codecs: docs/kv-codecs.md. Every codec is defined once here (layout, constants, reference ops); the
 // optimized CPU (src/cpu/kv/) and CUDA kernels implement the same ops on the same bytes and are verified
 // against these references by `sparrow verify`.
 //
