@@ -18,7 +18,7 @@
 #include "formats/kv/kv_codec.h"
 #include "util/error.h"
 #include "verify/attention_cells.h"
-#include "verify/backend.h"
+#include "verify/target.h"
 #include "verify/fixture.h"
 
 namespace sparrow::tools {
@@ -126,9 +126,9 @@ int run_verify(const VerifyOptions& o) {
   Json reports = Json::array();
   bool all_passed = true;
   for (const std::string& name : backends) {
-    const std::unique_ptr<verify::Backend> backend = verify::make_backend(name);
-    verify::Report report = verify::run_verify(*backend, fixtures, codecs);
-    report.attention = verify::run_attention_cells(*backend, codecs);
+    const verify::Target target = verify::make_target(name);
+    verify::Report report = verify::run_verify(target, fixtures, codecs);
+    report.attention = verify::run_attention_cells(target, codecs);
     std::cout << verify::format_report(report) << std::flush;
     const size_t n_cells = report.cells.size() + report.attention.size();
     const size_t n_passed = size_t(report.count(verify::CellStatus::Passed)) +

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/attention.h"
+#include "cpu/kv/cpu_kv_codecs.h"
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
 #include "formats/weight_formats.h"
@@ -77,6 +78,8 @@ class CpuBackend final : public Backend {
   }
   void read(const float* src, float* host_dst, size_t n) override { std::memcpy(host_dst, src, n * sizeof(float)); }
   void write(float* dst, const float* host_src, size_t n) override { std::memcpy(dst, host_src, n * sizeof(float)); }
+  void read_bytes(const void* src, void* host_dst, size_t n) override { std::memcpy(host_dst, src, n); }
+  void write_bytes(void* dst, const void* host_src, size_t n) override { std::memcpy(dst, host_src, n); }
   size_t memory_capacity() const override { return size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGE_SIZE)); }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
@@ -153,6 +156,45 @@ class CpuBackend final : public Backend {
     cpu::kv_store(pool_, kv, k, v, n_tokens, first_position);
   }
   void attention(const AttentionArgs& args) override { cpu::attention(pool_, args); }
+
+  void kv_encode(formats::KvCodec codec, int d, const float* x, int64_t n, uint8_t* blocks) override {
+    const formats::KvCodecOps& ops = cpu::kv_codec_ops(codec);
+    const size_t block_bytes = formats::kv_codec_info(codec).block_bytes(d);
+    pool_.parallel_for(n, [&](int64_t i, int) { ops.encode(x + i * d, d, blocks + i * block_bytes); });
+  }
+  void kv_decode(formats::KvCodec codec, int d, const uint8_t* blocks, int64_t n, float* x) override {
+    const formats::KvCodecOps& ops = cpu::kv_codec_ops(codec);
+    const size_t block_bytes = formats::kv_codec_info(codec).block_bytes(d);
+    pool_.parallel_for(n, [&](int64_t i, int) { ops.decode(blocks + i * block_bytes, d, x + i * d); });
+  }
+  void kv_score(formats::KvCodec codec, int d, const float* queries, int64_t n_queries, const uint8_t* blocks,
+                int64_t n_blocks, float* scores) override {
+    const formats::KvCodecOps& ops = cpu::kv_codec_ops(codec);
+    const formats::KvCodecInfo& info = formats::kv_codec_info(codec);
+    const size_t block_bytes = info.block_bytes(d);
+    pool_.parallel_for(n_queries, [&](int64_t q, int) {
+      std::vector<float> prepared(info.query_floats(d));
+      ops.prepare_query(queries + q * d, d, prepared.data());
+      for (int64_t j = 0; j < n_blocks; ++j)
+        scores[q * n_blocks + j] = ops.score(prepared.data(), blocks + j * block_bytes, d);
+    });
+  }
+  void kv_accumulate(formats::KvCodec codec, int d, const float* weights, int64_t n_sequences,
+                     const uint8_t* blocks, int64_t n_blocks, float* acc) override {
+    const formats::KvCodecOps& ops = cpu::kv_codec_ops(codec);
+    const formats::KvCodecInfo& info = formats::kv_codec_info(codec);
+    const size_t block_bytes = info.block_bytes(d), acc_floats = info.accumulator_floats(d);
+    pool_.parallel_for(n_sequences, [&](int64_t s, int) {
+      float* sum = acc + s * acc_floats;
+      std::fill_n(sum, acc_floats, 0.0f);
+      for (int64_t j = 0; j < n_blocks; ++j) ops.accumulate(weights[s * n_blocks + j], blocks + j * block_bytes, d, sum);
+    });
+  }
+  void kv_finish(formats::KvCodec codec, int d, const float* acc, int64_t n, float* out) override {
+    const formats::KvCodecOps& ops = cpu::kv_codec_ops(codec);
+    const size_t acc_floats = formats::kv_codec_info(codec).accumulator_floats(d);
+    pool_.parallel_for(n, [&](int64_t i, int) { ops.finish(acc + i * acc_floats, d, out + i * d); });
+  }
 
  private:
   cpu::ThreadPool pool_;

@@ -69,6 +69,8 @@ class Backend {
   virtual void free_buffer(void* p) = 0;
   virtual void read(const float* src, float* host_dst, size_t n) = 0;
   virtual void write(float* dst, const float* host_src, size_t n) = 0;
+  virtual void read_bytes(const void* src, void* host_dst, size_t n) = 0;
+  virtual void write_bytes(void* dst, const void* host_src, size_t n) = 0;
   // Bytes of the memory alloc draws from (host RAM, device memory): larger requests are refused up front.
   virtual size_t memory_capacity() const = 0;
 
@@ -100,6 +102,21 @@ class Backend {
   // directly in their codecs (fused: no score matrix, no decoded copy of the cache), grouped-query: query
   // head h reads KV head h / (n_heads / n_kv_heads).
   virtual void attention(const AttentionArgs& args) = 0;
+
+  // The KV codec ops one by one, batched over vectors, on backend memory: what `sparrow verify` checks against
+  // the references (formats/kv/kv_codec.h defines each op); kv_store and attention use the same kernels.
+  // blocks[n][block_bytes(d)] = encode(x[n][d])
+  virtual void kv_encode(formats::KvCodec codec, int d, const float* x, int64_t n, uint8_t* blocks) = 0;
+  // x[n][d] = decode(blocks[n])
+  virtual void kv_decode(formats::KvCodec codec, int d, const uint8_t* blocks, int64_t n, float* x) = 0;
+  // scores[i][j] = score(prepare_query(queries[i]), blocks[j])
+  virtual void kv_score(formats::KvCodec codec, int d, const float* queries, int64_t n_queries,
+                        const uint8_t* blocks, int64_t n_blocks, float* scores) = 0;
+  // acc[s][accumulator_floats(d)] = sum over j, in order, of accumulate(weights[s][j], blocks[j]) from zero
+  virtual void kv_accumulate(formats::KvCodec codec, int d, const float* weights, int64_t n_sequences,
+                             const uint8_t* blocks, int64_t n_blocks, float* acc) = 0;
+  // out[n][d] = finish(acc[n])
+  virtual void kv_finish(formats::KvCodec codec, int d, const float* acc, int64_t n, float* out) = 0;
 };
 
 // Where a model's weights live, placed once at load and shared by every Backend (context) of the model.

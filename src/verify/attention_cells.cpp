@@ -10,7 +10,6 @@
 #include "verify/attention_cells.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -204,16 +203,9 @@ struct Side {
   std::vector<uint8_t>* blocks = nullptr;
 };
 
-// The backend's output in a buffer with a guard zone behind it, so a kernel writing past `out` is caught.
-constexpr int kGuardFloats = 16;
-constexpr uint32_t kGuardBits = 0xA5A5A5A5u;
-
-void run_backend(Backend& backend, const Geometry& g, int64_t capacity, const std::vector<float>& q, const Side& k,
-                 const Side& v, std::vector<float>& out) {
-  const size_t n = size_t(g.rows()) * g.head_dim;
-  out.assign(n + kGuardFloats, 0.0f);
-  const float guard = std::bit_cast<float>(kGuardBits);
-  std::fill(out.begin() + n, out.end(), guard);
+void run_backend(sparrow::Backend& backend, const Geometry& g, int64_t capacity, const std::vector<float>& q,
+                 const Side& k, const Side& v, std::vector<float>& out) {
+  out.assign(size_t(g.rows()) * g.head_dim, 0.0f);
   AttentionArgs args;
   args.q = q.data();
   args.out = out.data();
@@ -224,16 +216,11 @@ void run_backend(Backend& backend, const Geometry& g, int64_t capacity, const st
   args.scale = g.scale();
   args.kv = KvLayerView{k.info->codec, v.info->codec,      k.blocks->data(), v.blocks->data(),
                         capacity,      g.heads.n_kv_heads, g.head_dim};
-  backend.attention(args);
-  for (size_t i = n; i < out.size(); ++i) {
-    if (std::bit_cast<uint32_t>(out[i]) != kGuardBits)
-      throw Error("attention wrote past its " + std::to_string(n) + "-float output");
-  }
-  out.resize(n);
+  attention(backend, args);
 }
 
-void run_cell(AttentionCell& cell, Backend& backend, const Geometry& g, int64_t capacity, const std::vector<float>& q,
-              const std::vector<RowWeights>& weights, const Side& k, const Side& v, cpu::ThreadPool& threads) {
+void run_cell(AttentionCell& cell, sparrow::Backend& backend, const Geometry& g, int64_t capacity,
+              const std::vector<float>& q, const std::vector<RowWeights>& weights, const Side& k, const Side& v, cpu::ThreadPool& threads) {
   cell.total = g.rows();
   cell.status = CellStatus::Failed;
   std::vector<float> out;
@@ -294,9 +281,9 @@ void check_shapes(const AttentionShapes& shapes) {
   }
 }
 
-// The cells of one pair before running: missing (backend unavailable), unsupported (a codec the backend
-// lacks), failed (no reference ops), or to run: failed with total = 0 until they pass.
-std::vector<AttentionCell> planned_cells(Backend& backend, const KvCodecInfo& k, const KvCodecInfo& v,
+// The cells of one pair before running: missing (backend unavailable), failed (no reference ops), or to run:
+// failed with total = 0 until they pass.
+std::vector<AttentionCell> planned_cells(const KvCodecInfo& k, const KvCodecInfo& v,
                                          const AttentionShapes& shapes, const std::string& unavailable) {
   std::vector<AttentionCell> out;
   for (const Geometry& g : pair_geometries(shapes, k.codec)) {
@@ -311,9 +298,6 @@ std::vector<AttentionCell> planned_cells(Backend& backend, const KvCodecInfo& k,
     c.max_err = kNotRun;
     if (!unavailable.empty()) {
       c.note = unavailable;
-    } else if (!backend.supports(k.codec) || !backend.supports(v.codec)) {
-      c.status = CellStatus::Unsupported;
-      c.note = "backend " + backend.name() + " has no ops for " + (backend.supports(k.codec) ? c.v_codec : c.k_codec);
     } else if (k.reference == nullptr || v.reference == nullptr) {
       c.status = CellStatus::Failed;
       c.note = "no reference ops for " + (k.reference == nullptr ? c.k_codec : c.v_codec);
@@ -367,7 +351,7 @@ std::vector<uint8_t>* cell_blocks(HeadDimData& data, const KvCodecInfo& info, bo
 
 std::string_view mask_name(Mask mask) { return mask == Mask::Causal ? "causal" : "windowed"; }
 
-std::vector<AttentionCell> run_attention_cells(Backend& backend, std::span<const KvCodecInfo> codecs,
+std::vector<AttentionCell> run_attention_cells(const Target& target, std::span<const KvCodecInfo> codecs,
                                                const AttentionShapes& shapes) {
   check_shapes(shapes);
   std::vector<const KvCodecInfo*> keys, values;
@@ -375,11 +359,11 @@ std::vector<AttentionCell> run_attention_cells(Backend& backend, std::span<const
     keys.push_back(&info);
     if (!info.keys_only) values.push_back(&info);
   }
-  const std::string unavailable = backend.unavailable_reason();
+  const std::string& unavailable = target.unavailable;
   std::vector<AttentionCell> cells;
   for (const KvCodecInfo* k : keys) {
     for (const KvCodecInfo* v : values) {
-      const std::vector<AttentionCell> pair = planned_cells(backend, *k, *v, shapes, unavailable);
+      const std::vector<AttentionCell> pair = planned_cells(*k, *v, shapes, unavailable);
       cells.insert(cells.end(), pair.begin(), pair.end());
     }
   }
@@ -415,7 +399,7 @@ std::vector<AttentionCell> run_attention_cells(Backend& backend, std::span<const
             }
             Side v{values[vi], &data.pool(*values[vi], threads), nullptr};
             v.blocks = cell_blocks(data, *values[vi], true, g, max_kv, v_ring, threads);
-            run_cell(cell, backend, g, g.capacity(max_kv), q, *weights, k, v, threads);
+            run_cell(cell, *target.backend, g, g.capacity(max_kv), q, *weights, k, v, threads);
           } catch (const std::exception& e) {
             cell.status = CellStatus::Failed;
             cell.note = e.what();
@@ -488,8 +472,7 @@ std::string format_attention_cells(const std::vector<AttentionCell>& cells) {
     return std::count_if(cells.begin(), cells.end(), [&](const AttentionCell& c) { return c.status == s; });
   };
   out << cells.size() << " attention cells: " << count(CellStatus::Passed) << " passed, " << count(CellStatus::Failed)
-      << " failed, " << count(CellStatus::Missing) << " missing, " << count(CellStatus::Unsupported)
-      << " unsupported\n";
+      << " failed, " << count(CellStatus::Missing) << " missing\n";
   size_t shown = 0, not_passed = 0;
   for (const AttentionCell& c : cells) {
     if (c.status == CellStatus::Passed) continue;

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "formats/kv/kv_codec.h"
-#include "verify/backend.h"
+#include "verify/target.h"
 #include "verify/verify.h"
 
 namespace sparrow::verify {
@@ -41,7 +41,7 @@ std::string_view mask_name(Mask mask);
 
 // Every (K codec, V codec) pair from `codecs` (K: any codec; V: any codec that is not keys-only) x shapes, in
 // codec order (K outer, V inner), each pair's cells in AttentionShapes order.
-std::vector<AttentionCell> run_attention_cells(Backend& backend,
+std::vector<AttentionCell> run_attention_cells(const Target& target,
                                                std::span<const formats::KvCodecInfo> codecs = formats::kv_codecs(),
                                                const AttentionShapes& shapes = {});
 

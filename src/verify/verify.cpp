@@ -56,7 +56,7 @@ struct Tally {
 
 // Everything the checks of one (codec, head dim) need.
 struct CellContext {
-  Backend& backend;
+  sparrow::Backend& backend;
   const KvCodecInfo& info;
   const HeadDimInputs& in;
   const HeadDimExpected& expected;
@@ -95,7 +95,7 @@ void check_row(Tally& t, const float* got, const float* want, size_t n, double r
 Tally check_encode(CellContext& c) {
   const int d = c.d(), n = c.in.n_vectors;
   std::vector<uint8_t> blocks(size_t(n) * c.expected.block_bytes);
-  c.backend.encode(c.info.codec, d, c.in.vectors.data(), n, blocks.data());
+  encode(c.backend, c.info.codec, d, c.in.vectors.data(), n, blocks.data());
   std::vector<float> decoded(d);
   Tally t;
   for (int v = 0; v < n; ++v) {
@@ -111,7 +111,7 @@ Tally check_encode(CellContext& c) {
 Tally check_decode(CellContext& c) {
   const int d = c.d(), n = c.in.n_vectors;
   std::vector<float> decoded(size_t(n) * d);
-  c.backend.decode(c.info.codec, d, c.expected.blocks.data(), n, decoded.data());
+  decode(c.backend, c.info.codec, d, c.expected.blocks.data(), n, decoded.data());
   Tally t;
   for (int v = 0; v < n; ++v) {
     check_row(t, decoded.data() + size_t(v) * d, c.ref_decoded(v), size_t(d), c.tol.decode_rel, nullptr,
@@ -123,7 +123,7 @@ Tally check_decode(CellContext& c) {
 Tally check_score(CellContext& c) {
   const int d = c.d(), n = c.in.n_vectors, nq = c.in.n_queries;
   std::vector<float> scores(size_t(nq) * n);
-  c.backend.score(c.info.codec, d, c.in.queries.data(), nq, c.expected.blocks.data(), n, scores.data());
+  score(c.backend, c.info.codec, d, c.in.queries.data(), nq, c.expected.blocks.data(), n, scores.data());
   Tally t;
   for (int q = 0; q < nq; ++q) {
     const double q_norm = norm(c.in.query(q), d);
@@ -145,7 +145,7 @@ Tally check_accumulate(CellContext& c) {
   const int d = c.d(), n = c.in.n_vectors, ns = c.in.n_sequences;
   const size_t af = c.expected.accumulator_floats;
   std::vector<float> acc(size_t(ns) * af);
-  c.backend.accumulate(c.info.codec, d, c.in.weights.data(), ns, c.expected.blocks.data(), n, acc.data());
+  accumulate(c.backend, c.info.codec, d, c.in.weights.data(), ns, c.expected.blocks.data(), n, acc.data());
   Tally t;
   for (int s = 0; s < ns; ++s) {
     check_row(t, acc.data() + s * af, c.expected.accumulators.data() + s * af, af, c.tol.accumulate_rel,
@@ -157,7 +157,7 @@ Tally check_accumulate(CellContext& c) {
 Tally check_finish(CellContext& c) {
   const int d = c.d(), ns = c.in.n_sequences;
   std::vector<float> out(size_t(ns) * d);
-  c.backend.finish(c.info.codec, d, c.expected.accumulators.data(), ns, out.data());
+  finish(c.backend, c.info.codec, d, c.expected.accumulators.data(), ns, out.data());
   Tally t;
   for (int s = 0; s < ns; ++s) {
     check_row(t, out.data() + size_t(s) * d, c.expected.finished.data() + size_t(s) * d, size_t(d),
@@ -233,15 +233,15 @@ Cell run_cell(Op op, CellContext& c) {
 
 // Mean |x - x^|^2 / |x|^2 over the unit-Gaussian vectors of head dim d, through the backend's encode and
 // decode (per-vector normalisation makes it the MSE of unit vectors, the papers' figure).
-double unit_gaussian_mse(Backend& backend, const KvCodecInfo& info, const HeadDimInputs& in) {
+double unit_gaussian_mse(sparrow::Backend& backend, const KvCodecInfo& info, const HeadDimInputs& in) {
   const int d = in.head_dim;
   std::vector<float> x(in.vectors.begin(), in.vectors.begin() + size_t(in.n_gaussian) * d);
   x.insert(x.end(), in.gaussian.begin(), in.gaussian.end());
   const int n = int(x.size() / size_t(d));
   std::vector<uint8_t> blocks(size_t(n) * info.block_bytes(d));
   std::vector<float> decoded(x.size());
-  backend.encode(info.codec, d, x.data(), n, blocks.data());
-  backend.decode(info.codec, d, blocks.data(), n, decoded.data());
+  encode(backend, info.codec, d, x.data(), n, blocks.data());
+  decode(backend, info.codec, d, blocks.data(), n, decoded.data());
   double total = 0;
   for (int v = 0; v < n; ++v) {
     double err = 0, energy = 0;
@@ -255,14 +255,14 @@ double unit_gaussian_mse(Backend& backend, const KvCodecInfo& info, const HeadDi
   return total / n;
 }
 
-CodecSummary summarize(Backend& backend, const KvCodecInfo& info, const Fixtures& fixtures, bool runnable) {
+CodecSummary summarize(sparrow::Backend* backend, const KvCodecInfo& info, const Fixtures& fixtures, bool runnable) {
   CodecSummary s;
   s.name = std::string(info.name);
   s.bits_per_element = formats::kv_bits_per_element(info.codec, 128);
   if (!runnable) return s;
   for (const HeadDimInputs& in : fixtures.inputs.dims) {
     try {
-      s.mse_unit_gaussian[in.head_dim] = unit_gaussian_mse(backend, info, in);
+      s.mse_unit_gaussian[in.head_dim] = unit_gaussian_mse(*backend, info, in);
     } catch (const std::exception&) {
       // The encode/decode cells report the error; the statistic is just absent.
     }
@@ -288,7 +288,6 @@ std::string_view status_name(CellStatus status) {
     case CellStatus::Passed: return "passed";
     case CellStatus::Failed: return "failed";
     case CellStatus::Missing: return "missing";
-    case CellStatus::Unsupported: return "unsupported";
   }
   return "?";
 }
@@ -307,14 +306,13 @@ bool Report::all_passed() const {
          attention_count(CellStatus::Passed) == int(attention.size());
 }
 
-Report run_verify(Backend& backend, const Fixtures& fixtures, std::span<const KvCodecInfo> codecs) {
+Report run_verify(const Target& target, const Fixtures& fixtures, std::span<const KvCodecInfo> codecs) {
   Report report;
-  report.backend = backend.name();
-  report.unavailable = backend.unavailable_reason();
+  report.backend = target.name;
+  report.unavailable = target.unavailable;
   for (const KvCodecInfo& info : codecs) {
     const std::string name(info.name);
     const auto fixture = fixtures.codecs.find(name);
-    const bool supported = report.unavailable.empty() && backend.supports(info.codec);
     for (Op op : kOps) {
       for (int d : kHeadDims) {
         const int total = case_count(op, fixtures.inputs.at(d));
@@ -324,19 +322,17 @@ Report run_verify(Backend& backend, const Fixtures& fixtures, std::span<const Kv
           const auto problem = fixtures.problems.find(name);
           report.cells.push_back(not_run(info, op, d, CellStatus::Missing,
                                          problem != fixtures.problems.end() ? problem->second : "no fixture", 0));
-        } else if (!supported) {
-          report.cells.push_back(not_run(info, op, d, CellStatus::Unsupported,
-                                         "backend " + report.backend + " has no ops for " + name, total));
         } else if (std::string drift = layout_drift(info, fixture->second.at(d)); !drift.empty()) {
           report.cells.push_back(not_run(info, op, d, CellStatus::Failed, drift, total));
         } else {
-          CellContext c{backend, info, fixtures.inputs.at(d), fixture->second.at(d), fixture->second.tolerances};
+          CellContext c{*target.backend, info, fixtures.inputs.at(d), fixture->second.at(d), fixture->second.tolerances};
           report.cells.push_back(run_cell(op, c));
         }
       }
     }
     // The statistic only for codecs whose cells ran: a codec without a fixture is not measured either.
-    report.codecs.push_back(summarize(backend, info, fixtures, supported && fixture != fixtures.codecs.end()));
+    report.codecs.push_back(
+        summarize(target.backend.get(), info, fixtures, target.backend && fixture != fixtures.codecs.end()));
   }
   return report;
 }
@@ -347,7 +343,6 @@ std::string cell_text(const Cell& c) {
   char buf[64];
   switch (c.status) {
     case CellStatus::Missing: return "missing";
-    case CellStatus::Unsupported: return "unsupported";
     case CellStatus::Passed: std::snprintf(buf, sizeof buf, "%d/%d %.1e", c.passed, c.total, c.max_err); break;
     case CellStatus::Failed:
       if (std::isnan(c.max_err) && c.passed == 0)
@@ -396,8 +391,7 @@ std::string format_report(const Report& report) {
   }
   const int n = int(report.cells.size());
   out << n << " cells: " << report.count(CellStatus::Passed) << " passed, " << report.count(CellStatus::Failed)
-      << " failed, " << report.count(CellStatus::Missing) << " missing, " << report.count(CellStatus::Unsupported)
-      << " unsupported\n";
+      << " failed, " << report.count(CellStatus::Missing) << " missing\n";
   // One note per distinct reason, with the cell it first appeared in.
   std::set<std::string> seen;
   for (const Cell& c : report.cells) {

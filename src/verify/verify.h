@@ -1,7 +1,7 @@
 #pragma once
 // The verification matrix: every codec x op x head dim of one backend, checked against the reference outputs
 // stored in the fixtures (verify/fixture.h). A cell passes only if every case in it is within tolerance; a cell
-// the backend cannot run (codec unsupported, no fixture, backend unavailable) is a failure too, so a clean
+// the backend cannot run (an op that throws, no fixture, backend unavailable) is a failure too, so a clean
 // report means N/N everywhere with no holes. `sparrow verify` prints and exports this report.
 //
 // Per op, what a case is and when it passes (tolerances come from the codec's fixture):
@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "formats/kv/kv_codec.h"
-#include "verify/backend.h"
+#include "verify/target.h"
 #include "verify/fixture.h"
 
 namespace sparrow::verify {
@@ -32,7 +32,7 @@ enum class Op : uint8_t { Encode, Decode, Score, Accumulate, Finish };
 constexpr std::array<Op, 5> kOps = {Op::Encode, Op::Decode, Op::Score, Op::Accumulate, Op::Finish};
 std::string_view op_name(Op op);
 
-enum class CellStatus : uint8_t { Passed, Failed, Missing, Unsupported };
+enum class CellStatus : uint8_t { Passed, Failed, Missing };
 std::string_view status_name(CellStatus status);
 
 struct Cell {
@@ -77,8 +77,8 @@ struct Report {
   bool all_passed() const;               // every codec cell and every attention cell
 };
 
-// Checks `backend` on every codec in `codecs` (all registered codecs unless given) x op x head dim.
-Report run_verify(Backend& backend, const Fixtures& fixtures,
+// Checks the target backend on every codec in `codecs` (all registered codecs unless given) x op x head dim.
+Report run_verify(const Target& target, const Fixtures& fixtures,
                   std::span<const formats::KvCodecInfo> codecs = formats::kv_codecs());
 
 // The report as a table for people: one row per codec and op, one column per head dim, then the notes of the

@@ -19,7 +19,9 @@
 #include "ops/backend.h"
 #include "unit/cli_test_util.h"
 #include "verify/attention_cells.h"
-#include "verify/backend.h"
+#include "unit/table_backend.h"
+#include "util/error.h"
+#include "verify/target.h"
 #include "verify/verify.h"
 
 namespace sparrow::verify {
@@ -44,10 +46,15 @@ sparrow::Backend& cpu_kernels() {
   return *backend;
 }
 
+using sparrow::testing::TableBackend;
+
+Target table_target(TableBackend::OpsLookup ops, TableBackend::AttentionKernel kernel = {}) {
+  return Target{"test", std::make_unique<TableBackend>("test", std::move(ops), std::move(kernel)), ""};
+}
+
 // The CPU codec ops with `kernel` as the attention.
-OpsTableBackend cpu_with(OpsTableBackend::AttentionKernel kernel) {
-  return OpsTableBackend(
-      "test", [](KvCodec c) { return &cpu::kv_codec_ops(c); }, std::move(kernel));
+Target cpu_with(TableBackend::AttentionKernel kernel) {
+  return table_target([](KvCodec c) { return &cpu::kv_codec_ops(c); }, std::move(kernel));
 }
 
 std::string key(int n_heads, int n_kv_heads, int n_kv, Mask mask) {
@@ -92,9 +99,8 @@ TEST(VerifyAttention, DefaultShapesAreTheSpecifiedMatrix) {
 
 // f16 (exact values), q8_0 (block scales) and tbq4 (rotated basis, prepared queries) against the CPU kernel.
 TEST(VerifyAttention, CpuAttentionPassesEveryCellOfSomePairs) {
-  auto backend = make_backend("cpu");
   const std::vector<AttentionCell> cells =
-      run_attention_cells(*backend, codecs_of({KvCodec::F16, KvCodec::Q8_0, KvCodec::TBQ4}));
+      run_attention_cells(make_target("cpu"), codecs_of({KvCodec::F16, KvCodec::Q8_0, KvCodec::TBQ4}));
   ASSERT_EQ(cells.size(), 9u * 40u);
   std::map<std::string, std::map<int, int>> head_dims_per_pair;
   for (const AttentionCell& c : cells) {
@@ -118,7 +124,7 @@ TEST(VerifyAttention, CpuAttentionPassesEveryCellOfSomePairs) {
 
 struct BrokenKernel {
   const char* what;
-  OpsTableBackend::AttentionKernel kernel;
+  TableBackend::AttentionKernel kernel;
   std::set<std::string> failing;
 };
 
@@ -179,7 +185,7 @@ TEST(VerifyAttention, BrokenKernelsFailTheRightCells) {
   };
   for (const BrokenKernel& bc : cases) {
     SCOPED_TRACE(bc.what);
-    OpsTableBackend backend = cpu_with(bc.kernel);
+    const Target backend = cpu_with(bc.kernel);
     const std::vector<AttentionCell> cells = run_attention_cells(backend, codecs_of({KvCodec::F16}));
     ASSERT_EQ(cells.size(), 40u);
     EXPECT_EQ(failing(cells), bc.failing);
@@ -195,7 +201,7 @@ TEST(VerifyAttention, BrokenKernelsFailTheRightCells) {
 // A scale off by one in d (1/sqrt(d - 1), 0.1% at d = 512) is a smaller error than the cases above: not every
 // cell sees it above the tolerance, but some do, and never a cell with a single visible key.
 TEST(VerifyAttention, ScaleOffByOneInTheHeadDimFailsTheReport) {
-  OpsTableBackend backend = cpu_with([](const AttentionArgs& a) {
+  const Target backend = cpu_with([](const AttentionArgs& a) {
     AttentionArgs b = a;
     b.scale = 1.0f / std::sqrt(float(a.kv.head_dim - 1));
     cpu_kernels().attention(b);
@@ -212,7 +218,7 @@ TEST(VerifyAttention, ScaleOffByOneInTheHeadDimFailsTheReport) {
 }
 
 TEST(VerifyAttention, BrokenCellsAreNamedInTheReport) {
-  OpsTableBackend backend = cpu_with([](const AttentionArgs& a) {
+  const Target backend = cpu_with([](const AttentionArgs& a) {
     AttentionArgs b = a;
     b.sliding_window = 0;
     cpu_kernels().attention(b);
@@ -220,7 +226,7 @@ TEST(VerifyAttention, BrokenCellsAreNamedInTheReport) {
   Report report;
   report.attention = run_attention_cells(backend, codecs_of({KvCodec::F16}));
   const std::string text = format_attention_cells(report.attention);
-  EXPECT_NE(text.find("40 attention cells: 24 passed, 16 failed, 0 missing, 0 unsupported"), std::string::npos) << text;
+  EXPECT_NE(text.find("40 attention cells: 24 passed, 16 failed, 0 missing"), std::string::npos) << text;
   EXPECT_NE(text.find("f16/f16 heads 1/1 n_kv=7 windowed"), std::string::npos) << text;
   EXPECT_NE(text.find("got "), std::string::npos) << text;
   EXPECT_FALSE(report.all_passed());
@@ -228,7 +234,7 @@ TEST(VerifyAttention, BrokenCellsAreNamedInTheReport) {
 
 // K: every codec; V: every codec but the keys-only qjl. Nothing runs, nothing passes.
 TEST(VerifyAttention, UnavailableBackendHasEveryCellMissing) {
-  UnavailableBackend backend("gpu", "no GPU here");
+  const Target backend{"gpu", nullptr, "no GPU here"};
   const std::vector<AttentionCell> cells =
       run_attention_cells(backend, codecs_of({KvCodec::F16, KvCodec::QJL, KvCodec::Q4_0}));
   ASSERT_EQ(cells.size(), 3u * 2u * 40u);
@@ -244,20 +250,25 @@ TEST(VerifyAttention, UnavailableBackendHasEveryCellMissing) {
             std::string::npos);
 }
 
-TEST(VerifyAttention, PairsWithACodecTheBackendLacksAreUnsupported) {
-  OpsTableBackend backend(
-      "partial", [](KvCodec c) { return c == KvCodec::Q4_0 ? nullptr : &cpu::kv_codec_ops(c); },
-      [](const AttentionArgs& a) { cpu_kernels().attention(a); });
+// No holes: pairs with a codec the backend's attention cannot read fail, with the backend's reason.
+TEST(VerifyAttention, PairsWithACodecTheBackendLacksFail) {
+  const Target backend = table_target([](KvCodec c) { return c == KvCodec::Q4_0 ? nullptr : &cpu::kv_codec_ops(c); },
+                                      [](const AttentionArgs& a) {
+                                        if (a.kv.k_codec == KvCodec::Q4_0 || a.kv.v_codec == KvCodec::Q4_0)
+                                          throw Error("this backend cannot read q4_0");
+                                        cpu_kernels().attention(a);
+                                      });
   const std::vector<AttentionCell> cells = run_attention_cells(backend, codecs_of({KvCodec::F16, KvCodec::Q4_0}));
   ASSERT_EQ(cells.size(), 4u * 40u);
   for (const AttentionCell& c : cells) {
     const bool lacks = c.k_codec == "q4_0" || c.v_codec == "q4_0";
-    EXPECT_EQ(c.status, lacks ? CellStatus::Unsupported : CellStatus::Passed) << describe(c);
+    EXPECT_EQ(c.status, lacks ? CellStatus::Failed : CellStatus::Passed) << describe(c);
+    if (lacks) EXPECT_NE(c.note.find("cannot read q4_0"), std::string::npos) << describe(c);
   }
 }
 
 TEST(VerifyAttention, ABackendWithoutAnAttentionKernelFailsEveryCell) {
-  OpsTableBackend backend("ops only", [](KvCodec c) { return &cpu::kv_codec_ops(c); });
+  const Target backend = table_target([](KvCodec c) { return &cpu::kv_codec_ops(c); });
   const std::vector<AttentionCell> cells = run_attention_cells(backend, codecs_of({KvCodec::F16}));
   for (const AttentionCell& c : cells) {
     EXPECT_EQ(c.status, CellStatus::Failed) << describe(c);

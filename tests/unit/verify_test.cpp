@@ -20,7 +20,8 @@
 #include "formats/weight_formats.h"
 #include "unit/cli_test_util.h"
 #include "util/error.h"
-#include "verify/backend.h"
+#include "unit/table_backend.h"
+#include "verify/target.h"
 #include "verify/fixture.h"
 
 namespace sparrow::verify {
@@ -70,9 +71,12 @@ std::set<std::string> cells_of(const std::string& codec, const std::string& op) 
   return out;
 }
 
+Target table_target(const std::string& name, sparrow::testing::TableBackend::OpsLookup ops) {
+  return Target{name, std::make_unique<sparrow::testing::TableBackend>(name, std::move(ops)), ""};
+}
+
 Report verify_cpu(const Fixtures& fixtures, std::span<const KvCodecInfo> codecs = formats::kv_codecs()) {
-  const auto backend = make_backend("cpu");
-  return run_verify(*backend, fixtures, codecs);
+  return run_verify(make_target("cpu"), fixtures, codecs);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -266,18 +270,20 @@ TEST(Verify, WrongOpTablesFailTheRightCells) {
   };
   for (const BrokenCase& bc : cases) {
     SCOPED_TRACE(bc.what);
-    OpsTableBackend backend("broken",
-                            [&](KvCodec c) { return c == KvCodec::F16 ? &bc.ops : &cpu::kv_codec_ops(c); });
-    const Report report = run_verify(backend, committed(), only(KvCodec::F16));
+    const Target broken = table_target("broken", [&](KvCodec c) {
+      return c == KvCodec::F16 ? &bc.ops : &cpu::kv_codec_ops(c);
+    });
+    const Report report = run_verify(broken, committed(), only(KvCodec::F16));
     EXPECT_EQ(failing(report), bc.failing);
     EXPECT_FALSE(report.all_passed());
   }
 }
 
-TEST(Verify, ACodecTheBackendLacksIsUnsupportedAndFails) {
+// No holes: a codec a backend lacks (or lacks one op of) fails every one of its cells, with the reason.
+TEST(Verify, ACodecTheBackendLacksFailsItsCells) {
   const KvCodecOps incomplete{cpu_f16().encode, cpu_f16().decode, cpu_f16().prepare_query,
                               cpu_f16().score,  nullptr,          cpu_f16().finish};
-  OpsTableBackend backend("partial", [&](KvCodec c) -> const KvCodecOps* {
+  const Target partial = table_target("partial", [&](KvCodec c) -> const KvCodecOps* {
     if (c == KvCodec::Q4_0) return nullptr;
     if (c == KvCodec::BF16) return &incomplete;
     return &cpu::kv_codec_ops(c);
@@ -285,23 +291,24 @@ TEST(Verify, ACodecTheBackendLacksIsUnsupportedAndFails) {
   const std::vector<KvCodecInfo> codecs = {formats::kv_codec_info(KvCodec::BF16),
                                            formats::kv_codec_info(KvCodec::Q4_0),
                                            formats::kv_codec_info(KvCodec::Q8_0)};
-  const Report report = run_verify(backend, committed(), codecs);
-  EXPECT_EQ(report.count(CellStatus::Unsupported), 40);
+  const Report report = run_verify(partial, committed(), codecs);
+  EXPECT_EQ(report.count(CellStatus::Failed), 40);
   EXPECT_EQ(report.count(CellStatus::Passed), 20);
   EXPECT_FALSE(report.all_passed());
   for (const Cell& c : report.cells) {
-    if (c.codec != "q8_0") { EXPECT_EQ(c.status, CellStatus::Unsupported) << describe(c); }
+    if (c.codec == "q8_0") continue;
+    EXPECT_EQ(c.status, CellStatus::Failed) << describe(c);
+    EXPECT_NE(c.note.find("has no complete ops for " + c.codec), std::string::npos) << describe(c);
   }
 }
 
 TEST(Verify, UnavailableBackendHasEveryCellMissing) {
-  const auto cuda = make_backend("cuda");
-  ASSERT_FALSE(cuda->unavailable_reason().empty());
-  const Report report = run_verify(*cuda, committed());
+  const Target gpu{"gpu", nullptr, "no GPU here"};
+  const Report report = run_verify(gpu, committed());
   EXPECT_EQ(report.count(CellStatus::Missing), int(report.cells.size()));
   EXPECT_FALSE(report.all_passed());
   EXPECT_NE(format_report(report).find("unavailable"), std::string::npos);
-  EXPECT_THROW(make_backend("tpu"), Error);
+  EXPECT_THROW(make_target("tpu"), Error);
 }
 
 // ---------------------------------------------------------------------------------------------------------
