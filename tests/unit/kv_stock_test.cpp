@@ -19,6 +19,7 @@
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/kv_codec.h"
 #include "formats/kv/rotation.h"
+#include "runtime/resources.h"
 
 namespace sparrow::formats {
 namespace {
@@ -406,12 +407,7 @@ struct GgmlTraitsPrefix {  // leading fields of ggml's struct ggml_type_traits, 
   void (*from_float_ref)(const float* x, void* y, int64_t k);
 };
 
-std::string ggml_base_path() {
-  if (const char* env = std::getenv("SPARROW_LLAMA_CPP"); env && *env)
-    return std::string(env) + "/lib/libggml-base.so";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/sparrow/llama.cpp-0.3.36/lib/libggml-base.so";
-}
+std::string ggml_base_path() { return (resources::llama_cpp_prefix() / "lib/libggml-base.so").string(); }
 
 // ggml's reference quantizers round q8_0 half away from zero and q4_0 by truncating x/d + 8.5 in float, so
 // values within ~1e-5 quanta of a rounding midpoint may go either way: those are the only differences allowed.

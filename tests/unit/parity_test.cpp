@@ -22,18 +22,14 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "runtime/resources.h"
 
 namespace sparrow::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path peer_program() {
-  const char* prefix = std::getenv("SPARROW_LLAMA_CPP");
-  const char* home = std::getenv("HOME");
-  fs::path dir = prefix ? fs::path(prefix) : fs::path(home ? home : ".") / ".cache/sparrow/llama.cpp-0.3.36";
-  return dir / "bin" / "sparrow-peer-llama_logits";
-}
+fs::path peer_program() { return resources::llama_cpp_prefix() / "bin" / "sparrow-peer-llama_logits"; }
 
 fs::path scratch_dir() {
   fs::path d = fs::temp_directory_path() / ("sparrow-parity-" + std::to_string(::getpid()));

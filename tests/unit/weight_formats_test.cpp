@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/weight_formats.h"
+#include "runtime/resources.h"
 #include "util/error.h"
 
 namespace sparrow::formats {
@@ -213,16 +214,10 @@ struct GgmlTypeTraitsPrefix {
 };
 using GetTypeTraits = const GgmlTypeTraitsPrefix* (*)(int type);
 
-std::string llama_cpp_prefix() {
-  if (const char* env = std::getenv("SPARROW_LLAMA_CPP"); env && *env) return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/sparrow/llama.cpp-0.3.36";
-}
-
 class GgmlBase {
  public:
   GgmlBase() {
-    path_ = llama_cpp_prefix() + "/lib/libggml-base.so";
+    path_ = (resources::llama_cpp_prefix() / "lib/libggml-base.so").string();
     handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_) get_traits_ = reinterpret_cast<GetTypeTraits>(dlsym(handle_, "ggml_get_type_traits"));
   }
