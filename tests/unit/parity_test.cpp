@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "reference_test_util.h"
 #include "runtime/resources.h"
 
 namespace sparrow::testing {
@@ -110,10 +111,10 @@ std::pair<std::string, std::string> check_model(const std::string& model, const 
   return {ids_line(ours.out, "greedy"), ids_line(theirs.out, "greedy")};
 }
 
-#define REQUIRE_PEER()                                                                                   \
-  if (!fs::exists(peer_program()))                                                                       \
-  GTEST_SKIP() << "llama.cpp reference not built (" << peer_program().string()                           \
-               << " missing): run scripts/build-llama-cpp"
+std::string peer_missing() {
+  return "llama.cpp reference not built (" + peer_program().string() + " missing): run scripts/build-llama-cpp";
+}
+#define REQUIRE_PEER() REQUIRE_LLAMA_CPP_REFERENCE(fs::exists(peer_program()), peer_missing())
 
 #define REQUIRE_DEFAULT_MODEL(variable)               \
   const std::string variable = default_model_path(); \
