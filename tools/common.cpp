@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
 #include "runtime/resources.h"
 #include "util/error.h"
@@ -33,6 +34,41 @@ void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
   cmd.add_option("--top-p", o.top_p, "top-p (1: off)");
   cmd.add_option("--min-p", o.min_p, "min-p (0: off)");
   cmd.add_option("--seed", o.seed, "random seed");
+}
+
+int32_t checked_threads(int32_t requested) {
+  if (requested < 0)
+    throw Error("-t " + std::to_string(requested) + ": the thread count must be 0 (all cores) or positive");
+  const int32_t cores = int32_t(std::thread::hardware_concurrency());  // 0: unknown, nothing to compare with
+  if (cores > 0 && requested > cores) {
+    std::cerr << "-t " << requested << ": this machine has " << cores << " cores; using " << cores
+              << " threads\n";
+    return cores;
+  }
+  return requested;
+}
+
+void check_model_options(ModelOptions& o) {
+  if (o.n_ctx < 0)
+    throw Error("-c " + std::to_string(o.n_ctx) +
+                ": the context size must be 0 (the model's default) or a positive number of tokens");
+  if (o.n_batch < 1) throw Error("-b " + std::to_string(o.n_batch) + ": the batch size must be at least 1 token");
+  o.threads = checked_threads(o.threads);
+}
+
+void check_n_predict(int32_t n_predict) {
+  if (n_predict < -1)
+    throw Error("-n " + std::to_string(n_predict) + ": must be -1 (until end of generation) or 0 or more tokens");
+}
+
+void check_fits_context(sparrow_context* ctx, size_t n_tokens) {
+  const size_t n_ctx = size_t(sparrow_context_n_ctx(ctx)), n_past = size_t(sparrow_context_n_past(ctx));
+  if (n_past + n_tokens <= n_ctx) return;
+  if (n_past == 0)
+    throw Error("the prompt is " + std::to_string(n_tokens) + " tokens, more than the context of " +
+                std::to_string(n_ctx) + " tokens: raise -c");
+  throw Error("this turn's " + std::to_string(n_tokens) + " tokens do not fit the " + std::to_string(n_ctx - n_past) +
+              " tokens left in the context of " + std::to_string(n_ctx) + ": raise -c");
 }
 
 std::string resolve_model_path(const std::string& requested) {
@@ -125,6 +161,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vector<sparrow_token>& prompt,
                      int32_t n_predict, const SamplingOptions& s, GenerationStats& stats) {
+  check_fits_context(ctx, prompt.size());
   sparrow_sampler* sampler = sparrow_sampler_new({s.temperature, s.top_k, s.top_p, s.min_p, s.seed});
   std::unique_ptr<sparrow_sampler, void (*)(sparrow_sampler*)> owner(sampler, sparrow_sampler_free);
   auto t0 = std::chrono::steady_clock::now();
