@@ -19,6 +19,7 @@
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/kv_codec.h"
 #include "formats/kv/rotation.h"
+#include "reference_test_util.h"
 #include "runtime/resources.h"
 
 namespace sparrow::formats {
@@ -416,9 +417,8 @@ bool near_midpoint(float scaled) { return std::fabs(std::fabs(scaled - std::trun
 TEST(KvStock, SameBlocksAsGgmlsQuantizers) {
   const std::string path = ggml_base_path();
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    GTEST_SKIP() << "llama.cpp's libggml-base.so is not loadable at " << path
-                 << " (build it with scripts/build-llama-cpp or set SPARROW_LLAMA_CPP)";
+  REQUIRE_LLAMA_CPP_REFERENCE(lib != nullptr, "llama.cpp's libggml-base.so is not loadable at " + path +
+                                                  " (build it with scripts/build-llama-cpp or set SPARROW_LLAMA_CPP)");
   using GetTraits = const GgmlTraitsPrefix* (*)(int);
   const auto get_traits = reinterpret_cast<GetTraits>(dlsym(lib, "ggml_get_type_traits"));
   ASSERT_NE(get_traits, nullptr);

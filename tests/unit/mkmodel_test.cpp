@@ -21,6 +21,7 @@
 
 #include "formats/weight_formats.h"
 #include "gguf/gguf.h"
+#include "reference_test_util.h"
 #include "runtime/resources.h"
 
 namespace sparrow {
@@ -410,9 +411,8 @@ void expect_llama_cpp_logits(const std::string& model) {
 class MkmodelLlamaCpp : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(peer_program())) {
-      GTEST_SKIP() << "llama.cpp peer program not built (" << peer_program() << "): run scripts/build-llama-cpp";
-    }
+    REQUIRE_LLAMA_CPP_REFERENCE(fs::exists(peer_program()), "llama.cpp peer program not built (" +
+                                                                 peer_program() + "): run scripts/build-llama-cpp");
   }
 };
 
