@@ -88,6 +88,7 @@ std::vector<KvConfig> kv_configs(const BenchOptions& o) {
 
 void check_sizes(const BenchOptions& o) {
   if (o.repetitions < 1) throw Error("--repetitions must be at least 1");
+  if (o.n_batch < 1) throw Error("-b " + std::to_string(o.n_batch) + ": the batch size must be at least 1 token");
   if (o.depths.empty()) throw Error("--depth: give at least one depth (0: an empty cache)");
   for (int32_t d : o.depths)
     if (d < 0) throw Error("--depth " + std::to_string(d) + ": depths must be 0 or more tokens");
@@ -317,6 +318,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   add_options(*cmd, *o);
   cmd->callback([=, &exit_code] {
     check_sizes(*o);
+    o->threads = checked_threads(o->threads);
     const std::vector<Test> all_tests = tests(*o);
     const std::vector<KvConfig> configs = kv_configs(*o);
     const std::string model_path = resolve_model_path(o->model_path);

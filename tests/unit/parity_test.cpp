@@ -22,18 +22,15 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "reference_test_util.h"
+#include "runtime/resources.h"
 
 namespace sparrow::testing {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path peer_program() {
-  const char* prefix = std::getenv("SPARROW_LLAMA_CPP");
-  const char* home = std::getenv("HOME");
-  fs::path dir = prefix ? fs::path(prefix) : fs::path(home ? home : ".") / ".cache/sparrow/llama.cpp-0.3.36";
-  return dir / "bin" / "sparrow-peer-llama_logits";
-}
+fs::path peer_program() { return resources::llama_cpp_prefix() / "bin" / "sparrow-peer-llama_logits"; }
 
 fs::path scratch_dir() {
   fs::path d = fs::temp_directory_path() / ("sparrow-parity-" + std::to_string(::getpid()));
@@ -114,10 +111,10 @@ std::pair<std::string, std::string> check_model(const std::string& model, const 
   return {ids_line(ours.out, "greedy"), ids_line(theirs.out, "greedy")};
 }
 
-#define REQUIRE_PEER()                                                                                   \
-  if (!fs::exists(peer_program()))                                                                       \
-  GTEST_SKIP() << "llama.cpp reference not built (" << peer_program().string()                           \
-               << " missing): run scripts/build-llama-cpp"
+std::string peer_missing() {
+  return "llama.cpp reference not built (" + peer_program().string() + " missing): run scripts/build-llama-cpp";
+}
+#define REQUIRE_PEER() REQUIRE_LLAMA_CPP_REFERENCE(fs::exists(peer_program()), peer_missing())
 
 #define REQUIRE_DEFAULT_MODEL(variable)               \
   const std::string variable = default_model_path(); \

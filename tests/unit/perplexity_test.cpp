@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cli_test_util.h"
+#include "runtime/resources.h"
 #include "sparrow/sparrow.h"
 
 namespace sparrow::testing {
@@ -52,7 +53,7 @@ fs::path write_file(const std::string& name, const std::string& bytes) {
 const std::string& tiny_model() {
   static const std::string path = [] {
     const std::string out = (temp_dir() / "tiny-ple-f16.gguf").string();
-    const std::string vocab = std::string(SPARROW_SOURCE_DIR) + "/../shared/fixtures/ggml-vocab-gemma-4.gguf";
+    const std::string vocab = resources::gemma4_vocab_path().string();
     const CommandResult r =
         run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type f16 --vocab " + vocab + " -o " + out);
     return r.exit_code == 0 ? out : std::string();

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "formats/weight_formats.h"
+#include "reference_test_util.h"
+#include "runtime/resources.h"
 #include "util/error.h"
 
 namespace sparrow::formats {
@@ -213,16 +215,10 @@ struct GgmlTypeTraitsPrefix {
 };
 using GetTypeTraits = const GgmlTypeTraitsPrefix* (*)(int type);
 
-std::string llama_cpp_prefix() {
-  if (const char* env = std::getenv("SPARROW_LLAMA_CPP"); env && *env) return env;
-  const char* home = std::getenv("HOME");
-  return std::string(home ? home : "/root") + "/.cache/sparrow/llama.cpp-0.3.36";
-}
-
 class GgmlBase {
  public:
   GgmlBase() {
-    path_ = llama_cpp_prefix() + "/lib/libggml-base.so";
+    path_ = (resources::llama_cpp_prefix() / "lib/libggml-base.so").string();
     handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_) get_traits_ = reinterpret_cast<GetTypeTraits>(dlsym(handle_, "ggml_get_type_traits"));
   }
@@ -286,7 +282,7 @@ std::vector<uint8_t> random_blocks(const TypeCase& c, size_t n_blocks, uint32_t 
 
 TEST(GgmlBitExact, TraitsAgreeOnBlockGeometry) {
   GgmlBase lib;
-  if (!lib.ok()) GTEST_SKIP() << why_skipped(lib);
+  REQUIRE_LLAMA_CPP_REFERENCE(lib.ok(), why_skipped(lib));
   for (const auto& c : kAllTypes) {
     const auto* t = lib.traits(c.type);
     ASSERT_NE(t, nullptr) << c.name;
@@ -298,7 +294,7 @@ TEST(GgmlBitExact, TraitsAgreeOnBlockGeometry) {
 
 TEST(GgmlBitExact, DequantizeRowMatchesGgmlToFloat) {
   GgmlBase lib;
-  if (!lib.ok()) GTEST_SKIP() << why_skipped(lib);
+  REQUIRE_LLAMA_CPP_REFERENCE(lib.ok(), why_skipped(lib));
   for (const auto& c : kAllTypes) {
     if (c.type == TensorType::F32) continue;  // ggml has no to_float for f32: it is a plain copy
     const auto* t = lib.traits(c.type);
@@ -322,7 +318,7 @@ TEST(GgmlBitExact, DequantizeRowMatchesGgmlToFloat) {
 // blocks must decode identically through our dequantize_row (the layouts agree on real encoder output).
 TEST(GgmlBitExact, QuantizeErrorComparableToGgml) {
   GgmlBase lib;
-  if (!lib.ok()) GTEST_SKIP() << why_skipped(lib);
+  REQUIRE_LLAMA_CPP_REFERENCE(lib.ok(), why_skipped(lib));
   const std::vector<float> x = gaussian(256 * 64, 99);
   for (const auto& c : kAllTypes) {
     if (c.type == TensorType::F32) continue;
