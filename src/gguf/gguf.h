@@ -143,6 +143,7 @@ class Writer {
   // Adds a tensor whose bytes a TensorProducer writes during write(); checked like add_tensor.
   void declare_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne);
 
+  // The keys as set, in insertion order (general.alignment as stored: write() states the alignment it uses).
   const std::vector<Entry>& metadata() const { return entries_; }
   DataLayout data_layout(uint32_t alignment = 32) const;
 
@@ -155,7 +156,7 @@ class Writer {
 
  private:
   struct PendingTensor {
-    TensorInfo info;                          // data and offset are set by data_layout()
+    TensorInfo info;                            // data and offset are set by data_layout()
     std::optional<std::vector<uint8_t>> bytes;  // absent for a declared tensor
   };
   TensorInfo checked_tensor_info(const std::string& name, TensorType type, const std::vector<int64_t>& ne) const;
