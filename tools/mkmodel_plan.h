@@ -60,7 +60,9 @@ struct ModelPlan {
 ModelPlan plan_model(const Preset& preset, const WeightType& weight_type, uint64_t seed, const Vocabulary& vocab);
 
 // The "<arch>.*" hyperparameter keys of `config`, in the order llama.cpp's HF converter writes them. Throws when
-// the config holds what those keys cannot say (values that differ between layers the file gives one key).
+// the config holds what those keys cannot say (values that differ between layers the file gives one key, Gemma 3
+// values llama.cpp hard-codes). Fields readers derive from the architecture (attention scale, V normalization,
+// proportional RoPE, KV sources) are not written.
 void add_architecture_metadata(const ModelConfig& config, gguf::Writer& writer);
 
 }  // namespace sparrow::tools::mkmodel
