@@ -27,6 +27,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "util/error.h"
 
@@ -661,22 +662,63 @@ namespace {
 
 constexpr std::string_view kWriterName = "GGUF writer";
 
-// Appends little-endian values to a byte buffer.
-class ByteSink {
+// The file being written, beside its final path: buffered, counting its bytes so that padding can be worked out,
+// and removed unless commit() renamed it into place.
+class OutputFile {
  public:
+  explicit OutputFile(const std::string& path) : path_(path), tmp_path_(path + ".tmp") {
+    file_ = std::fopen(tmp_path_.c_str(), "wb");
+    if (file_ == nullptr) fail(tmp_path_, "open", std::strerror(errno));
+    std::setvbuf(file_, nullptr, _IOFBF, kBufferBytes);
+  }
+  ~OutputFile() {
+    if (file_ != nullptr) std::fclose(file_);
+    if (!committed_) std::remove(tmp_path_.c_str());
+  }
+  OutputFile(const OutputFile&) = delete;
+  OutputFile& operator=(const OutputFile&) = delete;
+
+  const std::string& tmp_path() const { return tmp_path_; }
+
+  void put_bytes(const void* data, size_t n) {
+    if (n != 0 && std::fwrite(data, 1, n, file_) != n) fail(tmp_path_, "write", std::strerror(errno));
+    position_ += n;
+  }
   template <class T>
   void put(T value) {
-    const auto* p = reinterpret_cast<const uint8_t*>(&value);
-    bytes.insert(bytes.end(), p, p + sizeof(T));
+    put_bytes(&value, sizeof(T));
   }
   void put_string(std::string_view s) {
     put<uint64_t>(s.size());
-    bytes.insert(bytes.end(), s.begin(), s.end());
+    put_bytes(s.data(), s.size());
   }
-  std::vector<uint8_t> bytes;
+  // Zeros up to the next multiple of `alignment`, counted from the start of the file.
+  void pad_to(uint64_t alignment) {
+    static const uint8_t kZeros[4096] = {};
+    uint64_t pad = align_up(position_, alignment) - position_;
+    while (pad > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(pad, sizeof(kZeros)));
+      put_bytes(kZeros, n);
+      pad -= n;
+    }
+  }
+  void commit() {
+    std::FILE* f = std::exchange(file_, nullptr);
+    if (std::fclose(f) != 0) fail(tmp_path_, "close", std::strerror(errno));
+    if (std::rename(tmp_path_.c_str(), path_.c_str()) != 0) fail(path_, "rename", std::strerror(errno));
+    committed_ = true;
+  }
+
+ private:
+  static constexpr size_t kBufferBytes = size_t{1} << 20;
+  std::string path_;
+  std::string tmp_path_;
+  std::FILE* file_ = nullptr;
+  uint64_t position_ = 0;
+  bool committed_ = false;
 };
 
-void put_scalar(ByteSink& out, ValueType t, uint64_t u, int64_t i, double f, const std::string& s) {
+void put_scalar(OutputFile& out, ValueType t, uint64_t u, int64_t i, double f, const std::string& s) {
   switch (t) {
     case ValueType::UINT8: out.put<uint8_t>(static_cast<uint8_t>(u)); break;
     case ValueType::UINT16: out.put<uint16_t>(static_cast<uint16_t>(u)); break;
@@ -694,7 +736,7 @@ void put_scalar(ByteSink& out, ValueType t, uint64_t u, int64_t i, double f, con
   }
 }
 
-void put_value(ByteSink& out, const Value& v) {
+void put_value(OutputFile& out, const Value& v) {
   out.put<uint32_t>(static_cast<uint32_t>(v.type));
   if (v.type != ValueType::ARRAY) {
     put_scalar(out, v.type, v.u, v.i, v.f, v.s);
@@ -740,18 +782,82 @@ void check_value(const std::string& key, const Value& v) {
   check_range(v.element_type, v.array_u, v.array_i);
 }
 
-void write_all(std::FILE* f, const std::string& path, const void* data, size_t n) {
-  if (n != 0 && std::fwrite(data, 1, n, f) != n) fail(path, "write", std::strerror(errno));
+void check_alignment(std::string_view where, uint32_t alignment) {
+  if (alignment == 0 || !std::has_single_bit(alignment)) {
+    fail(where, "alignment", std::to_string(alignment) + " is not a power of two");
+  }
 }
 
-void write_padding(std::FILE* f, const std::string& path, uint64_t written, uint64_t alignment) {
-  static const uint8_t kZeros[4096] = {};
-  uint64_t pad = align_up(written, alignment) - written;
-  while (pad > 0) {
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(pad, sizeof(kZeros)));
-    write_all(f, path, kZeros, n);
-    pad -= n;
+std::string size_text(const TensorInfo& t) {
+  return "shape " + shape_string(t.ne, t.n_dims) + " of " + tensor_type_name(t.type) + " needs " +
+         std::to_string(t.nbytes) + " bytes";
+}
+
+// What a declared tensor's producer writes to: the output file, up to the tensor's size.
+class BoundedTensorSink final : public TensorSink {
+ public:
+  BoundedTensorSink(OutputFile& out, const TensorInfo& tensor) : out_(out), tensor_(tensor) {}
+
+  void write(const void* data, size_t nbytes) override {
+    if (nbytes > tensor_.nbytes - written_) {
+      fail(out_.tmp_path(), "tensor " + tensor_.name,
+           "producer wrote " + std::to_string(written_) + " + " + std::to_string(nbytes) + " bytes, " +
+               size_text(tensor_));
+    }
+    if (data == nullptr && nbytes > 0) fail(out_.tmp_path(), "tensor " + tensor_.name, "producer gave no data");
+    out_.put_bytes(data, nbytes);
+    written_ += nbytes;
   }
+  void expect_complete() const {
+    if (written_ != tensor_.nbytes) {
+      fail(out_.tmp_path(), "tensor " + tensor_.name,
+           "producer wrote " + std::to_string(written_) + " bytes, " + size_text(tensor_));
+    }
+  }
+
+ private:
+  OutputFile& out_;
+  const TensorInfo& tensor_;
+  size_t written_ = 0;
+};
+
+// Metadata in insertion order, except that general.alignment always states the alignment actually used: a
+// stored entry keeps its position but takes this value, and the key is left out when the alignment is the default.
+void put_metadata(OutputFile& out, const std::vector<Writer::Entry>& entries, uint32_t alignment) {
+  Value alignment_value;
+  alignment_value.type = ValueType::UINT32;
+  alignment_value.u = alignment;
+  const bool write_alignment = alignment != kDefaultAlignment;
+  bool alignment_written = false;
+  for (const Writer::Entry& e : entries) {
+    if (e.key == kAlignmentKey) {
+      if (!write_alignment) continue;
+      alignment_written = true;
+      out.put_string(e.key);
+      put_value(out, alignment_value);
+    } else {
+      out.put_string(e.key);
+      put_value(out, e.value);
+    }
+  }
+  if (write_alignment && !alignment_written) {
+    out.put_string(kAlignmentKey);
+    put_value(out, alignment_value);
+  }
+}
+
+uint64_t count_written_keys(const std::vector<Writer::Entry>& entries, uint32_t alignment) {
+  const bool has_alignment_key =
+      std::any_of(entries.begin(), entries.end(), [](const Writer::Entry& e) { return e.key == kAlignmentKey; });
+  return entries.size() - (has_alignment_key ? 1 : 0) + (alignment != kDefaultAlignment ? 1 : 0);
+}
+
+void put_tensor_info(OutputFile& out, const TensorInfo& t) {
+  out.put_string(t.name);
+  out.put<uint32_t>(t.n_dims);
+  for (uint32_t d = 0; d < t.n_dims; ++d) out.put<int64_t>(t.ne[d]);
+  out.put<uint32_t>(static_cast<uint32_t>(t.type));
+  out.put<uint64_t>(t.offset);
 }
 
 }  // namespace
@@ -848,8 +954,8 @@ void Writer::set_array_string(const std::string& key, const std::vector<std::str
   set_value(key, value);
 }
 
-void Writer::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne, const void* data,
-                        size_t nbytes) {
+TensorInfo Writer::checked_tensor_info(const std::string& name, TensorType type,
+                                       const std::vector<int64_t>& ne) const {
   const std::string field = "tensor " + name;
   if (name.empty()) fail(kWriterName, "tensor", "empty tensor name");
   if (name.size() > kMaxTensorNameBytes) {
@@ -857,7 +963,7 @@ void Writer::add_tensor(const std::string& name, TensorType type, std::vector<in
                                  std::to_string(kMaxTensorNameBytes));
   }
   for (const PendingTensor& t : tensors_) {
-    if (t.name == name) fail(kWriterName, field, "duplicate tensor name");
+    if (t.info.name == name) fail(kWriterName, field, "duplicate tensor name");
   }
   if (ne.empty() || ne.size() > kMaxDims) {
     fail(kWriterName, field, std::to_string(ne.size()) + " dimensions (must be 1.." + std::to_string(kMaxDims) + ")");
@@ -873,91 +979,72 @@ void Writer::add_tensor(const std::string& name, TensorType type, std::vector<in
     fail(kWriterName, field, "ne[0] = " + std::to_string(ne[0]) + " is not a multiple of the " +
                                  std::string(info->name) + " block size " + std::to_string(info->block_elements));
   }
-  const std::optional<size_t> expected = checked_tensor_bytes(*info, *elements);
-  if (!expected || *expected != nbytes) {
-    fail(kWriterName, field, std::to_string(nbytes) + " bytes given, shape " + shape_string(ne.data(), ne.size()) +
-                                 " of " + std::string(info->name) + " needs " +
-                                 (expected ? std::to_string(*expected) : std::string("more than SIZE_MAX")));
-  }
-  if (data == nullptr) fail(kWriterName, field, "no data");
-  const auto* bytes = static_cast<const uint8_t*>(data);
-  tensors_.push_back({name, type, std::move(ne), std::vector<uint8_t>(bytes, bytes + nbytes)});
+  const std::optional<size_t> nbytes = checked_tensor_bytes(*info, *elements);
+  if (!nbytes) fail(kWriterName, field, "size of shape " + shape_string(ne.data(), ne.size()) + " overflows");
+  TensorInfo t;
+  t.name = name;
+  t.n_dims = static_cast<uint32_t>(ne.size());
+  std::copy(ne.begin(), ne.end(), t.ne);
+  t.type = type;
+  t.nbytes = *nbytes;
+  return t;
 }
 
-void Writer::write(const std::string& path, uint32_t alignment) const {
-  if (alignment == 0 || !std::has_single_bit(alignment)) {
-    fail(path, "alignment", std::to_string(alignment) + " is not a power of two");
+void Writer::add_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne, const void* data,
+                        size_t nbytes) {
+  TensorInfo info = checked_tensor_info(name, type, ne);
+  if (nbytes != info.nbytes) {
+    fail(kWriterName, "tensor " + name, std::to_string(nbytes) + " bytes given, " + size_text(info));
   }
-  // general.alignment always states the alignment actually used: a stored entry keeps its position but
-  // takes this value, and the key is left out when the alignment is the default.
-  Value alignment_value;
-  alignment_value.type = ValueType::UINT32;
-  alignment_value.u = alignment;
-  const bool write_alignment = alignment != kDefaultAlignment;
-  bool alignment_written = false;
+  if (data == nullptr) fail(kWriterName, "tensor " + name, "no data");
+  const auto* bytes = static_cast<const uint8_t*>(data);
+  tensors_.push_back({std::move(info), std::vector<uint8_t>(bytes, bytes + nbytes)});
+}
 
-  ByteSink kv;
-  uint64_t n_kv = 0;
-  for (const Entry& e : entries_) {
-    if (e.key == kAlignmentKey) {
-      if (!write_alignment) continue;
-      alignment_written = true;
-      kv.put_string(e.key);
-      put_value(kv, alignment_value);
-    } else {
-      kv.put_string(e.key);
-      put_value(kv, e.value);
-    }
-    ++n_kv;
-  }
-  if (write_alignment && !alignment_written) {
-    kv.put_string(kAlignmentKey);
-    put_value(kv, alignment_value);
-    ++n_kv;
-  }
+void Writer::declare_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne) {
+  tensors_.push_back({checked_tensor_info(name, type, ne), std::nullopt});
+}
 
-  ByteSink head;
-  for (char c : kMagic) head.put<char>(c);
-  head.put<uint32_t>(kWriteVersion);
-  head.put<uint64_t>(tensors_.size());
-  head.put<uint64_t>(n_kv);
-  head.bytes.insert(head.bytes.end(), kv.bytes.begin(), kv.bytes.end());
-  uint64_t offset = 0;  // in the data section; every tensor starts aligned, as the reader requires
+Writer::DataLayout Writer::data_layout(uint32_t alignment) const {
+  check_alignment(kWriterName, alignment);
+  DataLayout layout;
   for (const PendingTensor& t : tensors_) {
-    head.put_string(t.name);
-    head.put<uint32_t>(static_cast<uint32_t>(t.ne.size()));
-    for (int64_t n : t.ne) head.put<int64_t>(n);
-    head.put<uint32_t>(static_cast<uint32_t>(t.type));
-    head.put<uint64_t>(offset);
-    offset = align_up(offset + t.bytes.size(), alignment);
+    TensorInfo info = t.info;
+    info.offset = layout.nbytes;  // every tensor starts aligned, as the reader requires
+    info.data = t.bytes ? t.bytes->data() : nullptr;
+    layout.nbytes = align_up(info.offset + info.nbytes, alignment);
+    layout.tensors.push_back(std::move(info));
   }
+  return layout;
+}
 
-  // Write beside the target and rename, so that a failed write never leaves a truncated file at `path`.
-  const std::string tmp_path = path + ".tmp";
-  std::FILE* f = std::fopen(tmp_path.c_str(), "wb");
-  if (f == nullptr) fail(tmp_path, "open", std::strerror(errno));
-  try {
-    write_all(f, tmp_path, head.bytes.data(), head.bytes.size());
-    if (!tensors_.empty()) write_padding(f, tmp_path, head.bytes.size(), alignment);
-    for (const PendingTensor& t : tensors_) {
-      write_all(f, tmp_path, t.bytes.data(), t.bytes.size());
-      write_padding(f, tmp_path, t.bytes.size(), alignment);
-    }
-    if (std::fclose(f) != 0) {
-      f = nullptr;
-      fail(tmp_path, "close", std::strerror(errno));
-    }
-    f = nullptr;
-  } catch (...) {
-    if (f != nullptr) std::fclose(f);
-    std::remove(tmp_path.c_str());
-    throw;
+void Writer::write(const std::string& path, uint32_t alignment) const { write(path, nullptr, alignment); }
+
+void Writer::write(const std::string& path, const TensorProducer& produce, uint32_t alignment) const {
+  check_alignment(path, alignment);
+  const DataLayout layout = data_layout(alignment);
+  for (const TensorInfo& t : layout.tensors) {
+    if (t.data == nullptr && !produce) fail(path, "tensor " + t.name, "declared without data, and no producer given");
   }
-  if (std::rename(tmp_path.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(tmp_path.c_str());
-    fail(path, "rename", reason);
+  OutputFile out(path);
+  for (char c : kMagic) out.put<char>(c);
+  out.put<uint32_t>(kWriteVersion);
+  out.put<uint64_t>(tensors_.size());
+  out.put<uint64_t>(count_written_keys(entries_, alignment));
+  put_metadata(out, entries_, alignment);
+  for (const TensorInfo& t : layout.tensors) put_tensor_info(out, t);
+  if (!layout.tensors.empty()) out.pad_to(alignment);
+  for (const TensorInfo& t : layout.tensors) {
+    if (t.data != nullptr) {
+      out.put_bytes(t.data, t.nbytes);
+    } else {
+      BoundedTensorSink sink(out, t);
+      produce(t, sink);
+      sink.expect_complete();
+    }
+    out.pad_to(alignment);
   }
+  out.commit();
 }
 
 }  // namespace sparrow::gguf

@@ -1,7 +1,8 @@
 #pragma once
-// GGUF v3 (also reads v2): read through mmap with zero-copy tensor data, and write.
+// GGUF v3 (also reads v2): read through mmap with zero-copy tensor data, and write, tensor data streamed if need be.
 // Every malformed input raises sparrow::Error with a one-line message "<path>: <field>: <what is wrong>".
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -40,7 +41,7 @@ struct TensorInfo {
   int64_t ne[4] = {1, 1, 1, 1};  // ggml order: ne[0] fastest
   TensorType type = TensorType::F32;
   uint64_t offset = 0;           // from the start of the data section
-  const void* data = nullptr;    // points into the mapping (reader) or caller memory (writer)
+  const void* data = nullptr;    // points into the mapping (reader) or the writer's copy (Writer::data_layout)
   size_t nbytes = 0;
   int64_t n_elements() const { return ne[0] * ne[1] * ne[2] * ne[3]; }
 };
@@ -94,9 +95,36 @@ class File {
   size_t mapping_size_ = 0;
 };
 
-// Builds a GGUF v3 file in memory order: metadata in insertion order, then tensor infos, then aligned data.
+// Receives the bytes of one tensor declared without data (Writer::declare_tensor) while Writer::write runs, in as
+// many pieces as the producer likes. The writer owns it: it refuses bytes past the tensor's size, checks after the
+// producer returns that the whole size arrived, and pads to the alignment itself.
+class TensorSink {
+ public:
+  virtual void write(const void* data, size_t nbytes) = 0;
+
+ protected:
+  ~TensorSink() = default;
+};
+
+// Writes the tensor.nbytes bytes of a declared tensor to the sink; tensor.offset is that of the file being written.
+using TensorProducer = std::function<void(const TensorInfo& tensor, TensorSink& sink)>;
+
+// Builds a GGUF v3 file: metadata in insertion order, then tensor infos, then aligned data. A tensor's bytes are
+// either copied in (add_tensor) or produced while the file is written (declare_tensor), so that a file larger
+// than memory can be written a piece at a time.
 class Writer {
  public:
+  struct Entry {
+    std::string key;
+    Value value;
+  };
+  // The data section as write() lays it out: every tensor's info, with its offset for the alignment and `data`
+  // pointing at the writer's copy (null for a declared tensor), and the section's size in bytes.
+  struct DataLayout {
+    std::vector<TensorInfo> tensors;
+    uint64_t nbytes = 0;
+  };
+
   void set_u32(const std::string& key, uint32_t v);
   void set_i32(const std::string& key, int32_t v);
   void set_u64(const std::string& key, uint64_t v);
@@ -112,13 +140,26 @@ class Writer {
   // Adds a tensor; the bytes are copied. ne in ggml order; nbytes must equal the size its type implies.
   void add_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne, const void* data,
                   size_t nbytes);
-  // Writes to path + ".tmp", then renames. `alignment` (a power of two) decides general.alignment: the key is
-  // written (as uint32) only when it is not 32, whatever value set_* stored for it.
+  // Adds a tensor whose bytes a TensorProducer writes during write(); checked like add_tensor.
+  void declare_tensor(const std::string& name, TensorType type, std::vector<int64_t> ne);
+
+  // The keys as set, in insertion order (general.alignment as stored: write() states the alignment it uses).
+  const std::vector<Entry>& metadata() const { return entries_; }
+  DataLayout data_layout(uint32_t alignment = 32) const;
+
+  // Writes to path + ".tmp", then renames, so that a failed write never leaves a partial file at `path`.
+  // `alignment` (a power of two) decides general.alignment: the key is written (as uint32) only when it is not
+  // 32, whatever value set_* stored for it. `produce` is called for each declared tensor, in the order they were
+  // added; a writer with declared tensors needs it.
   void write(const std::string& path, uint32_t alignment = 32) const;
+  void write(const std::string& path, const TensorProducer& produce, uint32_t alignment = 32) const;
 
  private:
-  struct Entry { std::string key; Value value; };
-  struct PendingTensor { std::string name; TensorType type; std::vector<int64_t> ne; std::vector<uint8_t> bytes; };
+  struct PendingTensor {
+    TensorInfo info;                            // data and offset are set by data_layout()
+    std::optional<std::vector<uint8_t>> bytes;  // absent for a declared tensor
+  };
+  TensorInfo checked_tensor_info(const std::string& name, TensorType type, const std::vector<int64_t>& ne) const;
   std::vector<Entry> entries_;
   std::vector<PendingTensor> tensors_;
 };

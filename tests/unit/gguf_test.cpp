@@ -2,6 +2,7 @@
 // Malformed files are made by writing a good file with gguf::Writer and patching or truncating its bytes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -168,14 +169,14 @@ struct TensorSpec {
 };
 
 const std::vector<TensorSpec> kSomeTensors = {
-    {"t.f32", TensorType::F32, {4, 3}},
-    {"t.f16", TensorType::F16, {7}},
-    {"t.bf16", TensorType::BF16, {2, 2, 2, 2}},
-    {"t.q8_0", TensorType::Q8_0, {64, 2}},
-    {"t.q4_k", TensorType::Q4_K, {256, 3}},
-    {"t.q6_k", TensorType::Q6_K, {512}},
-    {"t.iq4_nl", TensorType::IQ4_NL, {32, 1, 1, 2}},
-    {"t.i32", TensorType::I32, {5, 1}},
+    {.name = "t.f32", .type = TensorType::F32, .ne = {4, 3}},
+    {.name = "t.f16", .type = TensorType::F16, .ne = {7}},
+    {.name = "t.bf16", .type = TensorType::BF16, .ne = {2, 2, 2, 2}},
+    {.name = "t.q8_0", .type = TensorType::Q8_0, .ne = {64, 2}},
+    {.name = "t.q4_k", .type = TensorType::Q4_K, .ne = {256, 3}},
+    {.name = "t.q6_k", .type = TensorType::Q6_K, .ne = {512}},
+    {.name = "t.iq4_nl", .type = TensorType::IQ4_NL, .ne = {32, 1, 1, 2}},
+    {.name = "t.i32", .type = TensorType::I32, .ne = {5, 1}},
 };
 
 size_t tensor_bytes(const TensorSpec& spec) {
@@ -188,15 +189,26 @@ size_t tensor_bytes(const TensorSpec& spec) {
 // Tensor types
 
 TEST(TensorTypes, BlockGeometryMatchesGgml) {
-  struct Expected { TensorType type; const char* name; uint32_t elements, bytes; };
+  struct Expected {
+    TensorType type;
+    const char* name;
+    uint32_t elements;
+    uint32_t bytes;
+  };
   const Expected expected[] = {
-      {TensorType::F32, "f32", 1, 4},        {TensorType::F16, "f16", 1, 2},
-      {TensorType::BF16, "bf16", 1, 2},      {TensorType::Q4_0, "q4_0", 32, 18},
-      {TensorType::Q8_0, "q8_0", 32, 34},    {TensorType::Q4_K, "q4_K", 256, 144},
-      {TensorType::Q6_K, "q6_K", 256, 210},  {TensorType::Q8_K, "q8_K", 256, 292},
-      {TensorType::IQ2_XXS, "iq2_xxs", 256, 66}, {TensorType::IQ4_XS, "iq4_xs", 256, 136},
-      {TensorType::TQ1_0, "tq1_0", 256, 54}, {TensorType::MXFP4, "mxfp4", 32, 17},
-      {TensorType::I64, "i64", 1, 8},
+      {.type = TensorType::F32, .name = "f32", .elements = 1, .bytes = 4},
+      {.type = TensorType::F16, .name = "f16", .elements = 1, .bytes = 2},
+      {.type = TensorType::BF16, .name = "bf16", .elements = 1, .bytes = 2},
+      {.type = TensorType::Q4_0, .name = "q4_0", .elements = 32, .bytes = 18},
+      {.type = TensorType::Q8_0, .name = "q8_0", .elements = 32, .bytes = 34},
+      {.type = TensorType::Q4_K, .name = "q4_K", .elements = 256, .bytes = 144},
+      {.type = TensorType::Q6_K, .name = "q6_K", .elements = 256, .bytes = 210},
+      {.type = TensorType::Q8_K, .name = "q8_K", .elements = 256, .bytes = 292},
+      {.type = TensorType::IQ2_XXS, .name = "iq2_xxs", .elements = 256, .bytes = 66},
+      {.type = TensorType::IQ4_XS, .name = "iq4_xs", .elements = 256, .bytes = 136},
+      {.type = TensorType::TQ1_0, .name = "tq1_0", .elements = 256, .bytes = 54},
+      {.type = TensorType::MXFP4, .name = "mxfp4", .elements = 32, .bytes = 17},
+      {.type = TensorType::I64, .name = "i64", .elements = 1, .bytes = 8},
   };
   for (const Expected& e : expected) {
     const TensorTypeInfo* info = tensor_type_info(static_cast<uint32_t>(e.type));
@@ -224,7 +236,34 @@ TEST(TensorTypes, RowBytes) {
 // ---------------------------------------------------------------------------------------------------------
 // Round trips
 
-void write_and_check_round_trip(uint32_t alignment) {
+// How the tensors of a round trip get their bytes.
+enum class TensorData { Copied, Streamed, EveryOtherStreamed };
+
+bool is_streamed(TensorData how, size_t k) {
+  return how == TensorData::Streamed || (how == TensorData::EveryOtherStreamed && k % 2 == 1);
+}
+
+// A producer that hands over each tensor's bytes in uneven pieces (1 byte, 5 bytes, then the rest), checking that
+// the writer asks for the declared tensors in order and tells each one's size and offset.
+TensorProducer piecewise_producer(const std::vector<std::vector<uint8_t>>& data, const std::vector<size_t>& streamed,
+                                  uint32_t alignment) {
+  return [&data, streamed, alignment, next = size_t{0}](const TensorInfo& tensor, TensorSink& sink) mutable {
+    ASSERT_LT(next, streamed.size());
+    const size_t k = streamed[next++];
+    EXPECT_EQ(tensor.name, kSomeTensors[k].name);
+    EXPECT_EQ(tensor.nbytes, data[k].size()) << tensor.name;
+    EXPECT_EQ(tensor.offset % alignment, 0u) << tensor.name;
+    EXPECT_EQ(tensor.data, nullptr) << tensor.name;
+    size_t done = 0;
+    for (size_t piece : {size_t{1}, size_t{5}, data[k].size()}) {
+      const size_t n = std::min(piece, data[k].size() - done);
+      sink.write(data[k].data() + done, n);
+      done += n;
+    }
+  };
+}
+
+void write_and_check_round_trip(uint32_t alignment, TensorData how = TensorData::Copied) {
   TempDir dir;
   const std::string path = dir.file("round_trip.gguf");
   const std::map<std::string, Value> values = every_value_type();
@@ -232,12 +271,22 @@ void write_and_check_round_trip(uint32_t alignment) {
   Writer writer;
   for (const auto& [key, value] : values) writer.set_value(key, value);
   std::vector<std::vector<uint8_t>> data;
+  std::vector<size_t> streamed;
   for (size_t k = 0; k < kSomeTensors.size(); ++k) {
     const TensorSpec& spec = kSomeTensors[k];
     data.push_back(random_bytes(tensor_bytes(spec), static_cast<uint32_t>(k)));
-    writer.add_tensor(spec.name, spec.type, spec.ne, data.back().data(), data.back().size());
+    if (is_streamed(how, k)) {
+      writer.declare_tensor(spec.name, spec.type, spec.ne);
+      streamed.push_back(k);
+    } else {
+      writer.add_tensor(spec.name, spec.type, spec.ne, data.back().data(), data.back().size());
+    }
   }
-  writer.write(path, alignment);
+  if (how == TensorData::Copied) {
+    writer.write(path, alignment);
+  } else {
+    writer.write(path, piecewise_producer(data, streamed, alignment), alignment);
+  }
 
   auto file = File::open(path);
   EXPECT_EQ(file->version(), 3u);
@@ -268,6 +317,13 @@ void write_and_check_round_trip(uint32_t alignment) {
 TEST(GgufRoundTrip, EveryValueTypeAndSeveralTensorTypes) { write_and_check_round_trip(32); }
 TEST(GgufRoundTrip, Alignment64) { write_and_check_round_trip(64); }
 TEST(GgufRoundTrip, Alignment8) { write_and_check_round_trip(8); }
+TEST(GgufRoundTrip, StreamedTensors) { write_and_check_round_trip(32, TensorData::Streamed); }
+TEST(GgufRoundTrip, StreamedAndCopiedTensorsAlignment64) {
+  write_and_check_round_trip(64, TensorData::EveryOtherStreamed);
+}
+TEST(GgufRoundTrip, StreamedAndCopiedTensorsAlignment8) {
+  write_and_check_round_trip(8, TensorData::EveryOtherStreamed);
+}
 
 TEST(GgufRoundTrip, TypedSetters) {
   TempDir dir;
@@ -349,9 +405,122 @@ TEST(GgufWriter, RejectsInvalidInput) {
   EXPECT_THROW(writer.set_value("type", scalar_unsigned(static_cast<ValueType>(13), 0)), Error);
   EXPECT_THROW(writer.set_string("", "x"), Error);
 
+  EXPECT_THROW(writer.declare_tensor("ok", TensorType::F32, {1}), Error);
+  EXPECT_THROW(writer.declare_tensor("bad.block", TensorType::Q8_0, {33}), Error);
+  EXPECT_THROW(writer.declare_tensor("bad.zero", TensorType::F32, {4, 0}), Error);
+  EXPECT_THROW(writer.declare_tensor("bad.type", static_cast<TensorType>(4), {32}), Error);
+  EXPECT_THROW(writer.declare_tensor("bad.overflow", TensorType::F32, {int64_t{1} << 62, 4}), Error);
+
   TempDir dir;
   EXPECT_THROW(writer.write(dir.file("a.gguf"), 48), Error);
+  EXPECT_THROW(writer.data_layout(48), Error);
   EXPECT_THROW(writer.write(dir.file("missing_dir/a.gguf")), Error);
+}
+
+TEST(GgufWriter, DataLayoutAlignsEveryTensor) {
+  Writer writer;
+  const std::vector<uint8_t> zeros(64);
+  writer.add_tensor("f32x3", TensorType::F32, {3}, zeros.data(), 12);
+  writer.declare_tensor("q8_0x32", TensorType::Q8_0, {32});  // one 34-byte block
+  writer.add_tensor("f16x1", TensorType::F16, {1}, zeros.data(), 2);
+  struct Expected {
+    uint32_t alignment;
+    uint64_t offsets[3];
+    uint64_t nbytes;
+  };
+  for (const Expected& e : {Expected{.alignment = 32, .offsets = {0, 32, 96}, .nbytes = 128},
+                            Expected{.alignment = 8, .offsets = {0, 16, 56}, .nbytes = 64}}) {
+    SCOPED_TRACE("alignment " + std::to_string(e.alignment));
+    const Writer::DataLayout layout = writer.data_layout(e.alignment);
+    ASSERT_EQ(layout.tensors.size(), 3u);
+    EXPECT_EQ(layout.nbytes, e.nbytes);
+    const uint64_t sizes[3] = {12, 34, 2};
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(layout.tensors[k].offset, e.offsets[k]) << layout.tensors[k].name;
+      EXPECT_EQ(layout.tensors[k].nbytes, sizes[k]) << layout.tensors[k].name;
+    }
+    EXPECT_NE(layout.tensors[0].data, nullptr);  // the writer's copy
+    EXPECT_EQ(layout.tensors[1].data, nullptr);  // declared: produced during write()
+  }
+}
+
+// Expects write() to fail with "<path>.tmp: tensor <name>: ..." containing detail, leaving no file behind.
+void expect_write_error(const Writer& writer, const TensorProducer& produce, const std::string& tensor,
+                        const std::string& detail) {
+  TempDir dir;
+  const std::string path = dir.file("out.gguf");
+  try {
+    writer.write(path, produce);
+    ADD_FAILURE() << "writing succeeded, expected an error about tensor " << tensor;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.rfind(path + ".tmp: tensor " + tensor + ": ", 0), 0u) << message;
+    EXPECT_NE(message.find(detail), std::string::npos) << message;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(GgufWriter, ProducerMustWriteExactlyTheTensorSize) {
+  Writer writer;
+  writer.declare_tensor("x", TensorType::F32, {4});  // 16 bytes
+  const std::vector<uint8_t> bytes(32);
+  expect_write_error(
+      writer, [&](const TensorInfo&, TensorSink& sink) { sink.write(bytes.data(), 12); }, "x",
+      "producer wrote 12 bytes, shape {4} of f32 needs 16 bytes");
+  expect_write_error(
+      writer,
+      [&](const TensorInfo&, TensorSink& sink) {
+        sink.write(bytes.data(), 12);
+        sink.write(bytes.data(), 8);
+      },
+      "x", "producer wrote 12 + 8 bytes, shape {4} of f32 needs 16 bytes");
+  expect_write_error(
+      writer, [&](const TensorInfo&, TensorSink& sink) { sink.write(nullptr, 16); }, "x", "no data");
+}
+
+TEST(GgufWriter, DeclaredTensorsNeedAProducer) {
+  Writer writer;
+  writer.declare_tensor("x", TensorType::F32, {4});
+  TempDir dir;
+  const std::string path = dir.file("out.gguf");
+  try {
+    writer.write(path);
+    ADD_FAILURE() << "writing a declared tensor without a producer succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), path + ": tensor x: declared without data, and no producer given");
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+TEST(GgufWriter, ProducerErrorLeavesNoFile) {
+  Writer writer;
+  writer.declare_tensor("x", TensorType::F32, {4});
+  TempDir dir;
+  const std::string path = dir.file("out.gguf");
+  EXPECT_THROW(writer.write(path, [](const TensorInfo&, TensorSink&) { throw Error("producer failed"); }), Error);
+  EXPECT_FALSE(std::filesystem::exists(path));
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+}
+
+// A file larger than memory can be written only if each streamed tensor goes to disk before the next is produced.
+TEST(GgufWriter, StreamedTensorReachesTheFileBeforeTheNextIsProduced) {
+  constexpr int64_t kFirstElements = int64_t{1} << 21;  // 8 MiB of f32
+  Writer writer;
+  writer.declare_tensor("first", TensorType::F32, {kFirstElements});
+  writer.declare_tensor("second", TensorType::F32, {8});
+  TempDir dir;
+  const std::string path = dir.file("out.gguf");
+  uintmax_t size_when_second_starts = 0;
+  writer.write(path, [&](const TensorInfo& tensor, TensorSink& sink) {
+    if (tensor.name == "second") size_when_second_starts = std::filesystem::file_size(path + ".tmp");
+    const std::vector<uint8_t> zeros(tensor.nbytes);
+    sink.write(zeros.data(), zeros.size());
+  });
+  // Output buffering may hold back a little of the first tensor, far less than all of it.
+  EXPECT_GE(size_when_second_starts, uintmax_t{6} << 20);
+  EXPECT_EQ(File::open(path)->tensor("first").nbytes, size_t{8} << 20);
 }
 
 // ---------------------------------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 // `sparrow mkmodel`: every tiny preset is written through the CLI, reopened with gguf::File and checked against
-// shapes worked out here from the spec (shared/spec/gemma.md), independently of tools/mkmodel_presets.h; the big
-// presets are checked through --dry-run (gemma3 270m against the real 270M file's tensor list); and when
-// llama.cpp's peer program is built, llama.cpp must load each tiny file and produce finite, spread-out logits.
+// shapes worked out here from the published geometries (docs/mkmodel.md), independently of tools/mkmodel_presets.cpp;
+// the big presets are checked through --dry-run (gemma3 270m against the real 270M file's tensor list); every
+// preset's ModelConfig must read back from what mkmodel writes; and when llama.cpp's peer program is built,
+// llama.cpp must load each tiny file and produce finite, spread-out logits.
 #include <gtest/gtest.h>
 
 #include <sys/wait.h>
@@ -21,8 +22,12 @@
 
 #include "formats/weight_formats.h"
 #include "gguf/gguf.h"
+#include "mkmodel_plan.h"
+#include "mkmodel_presets.h"
+#include "model/config.h"
 #include "reference_test_util.h"
 #include "runtime/resources.h"
+#include "util/error.h"
 
 namespace sparrow {
 namespace {
@@ -315,7 +320,7 @@ std::map<std::string, DryRunTensor> dry_run_tensors(const std::string& args, std
     std::string name, type, shape;
     fields >> name >> type;
     std::getline(fields, shape, '}');
-    DryRunTensor t{type, {}};
+    DryRunTensor t{.type = type};
     for (char& c : shape) if (c == '{' || c == ',') c = ' ';
     std::istringstream dims(shape);
     for (int64_t d; dims >> d;) t.ne.push_back(d);
@@ -366,6 +371,102 @@ TEST(Mkmodel, Gemma4_31BDryRunHasKEqVAndPerLayerKvHeads) {
     EXPECT_EQ(t.count(blk(il, "attn_v")), sliding ? 1u : 0u);
     EXPECT_EQ(t.at(blk(il, "ffn_gate")).ne, (std::vector<int64_t>{5376, 21504}));
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------
+// Every preset's ModelConfig reads back, field by field, from what mkmodel writes
+
+void expect_same_layer(const LayerConfig& expected, const LayerConfig& actual) {
+  EXPECT_EQ(actual.sliding, expected.sliding);
+  EXPECT_EQ(actual.head_dim, expected.head_dim);
+  EXPECT_EQ(actual.n_kv_heads, expected.n_kv_heads);
+  EXPECT_EQ(actual.n_ff, expected.n_ff);
+  EXPECT_EQ(actual.owns_kv, expected.owns_kv);
+  EXPECT_EQ(actual.kv_source, expected.kv_source);
+  EXPECT_EQ(actual.n_rot, expected.n_rot);
+  EXPECT_EQ(actual.rope_base, expected.rope_base);
+  EXPECT_EQ(actual.rope_scale, expected.rope_scale);
+  EXPECT_EQ(actual.proportional_rope, expected.proportional_rope);
+}
+
+void expect_same_config(const ModelConfig& expected, const ModelConfig& actual) {
+  EXPECT_EQ(actual.arch, expected.arch);
+  EXPECT_EQ(actual.arch_name, expected.arch_name);
+  EXPECT_EQ(actual.n_layer, expected.n_layer);
+  EXPECT_EQ(actual.n_embd, expected.n_embd);
+  EXPECT_EQ(actual.n_heads, expected.n_heads);
+  EXPECT_EQ(actual.n_vocab, expected.n_vocab);
+  EXPECT_EQ(actual.n_ctx_train, expected.n_ctx_train);
+  EXPECT_EQ(actual.sliding_window, expected.sliding_window);
+  EXPECT_EQ(actual.n_embd_per_layer, expected.n_embd_per_layer);
+  EXPECT_EQ(actual.rms_eps, expected.rms_eps);
+  EXPECT_EQ(actual.attention_scale, expected.attention_scale);
+  EXPECT_EQ(actual.final_softcap, expected.final_softcap);
+  EXPECT_EQ(actual.normalize_v, expected.normalize_v);
+  ASSERT_EQ(actual.layers.size(), expected.layers.size());
+  for (size_t il = 0; il < expected.layers.size(); ++il) {
+    SCOPED_TRACE("layer " + std::to_string(il));
+    expect_same_layer(expected.layers[il], actual.layers[il]);
+  }
+}
+
+// A file with mkmodel's metadata for `config` and the one tensor ModelConfig::from_gguf reads (token_embd, whose
+// rows are the vocabulary): the big presets' full files are gigabytes, and no other tensor changes the config.
+std::string write_config_metadata(const ModelConfig& config, const std::string& file_name) {
+  gguf::Writer writer;
+  writer.set_string("general.architecture", config.arch_name);
+  tools::mkmodel::add_architecture_metadata(config, writer);
+  const std::vector<float> embeddings(size_t(config.n_embd) * size_t(config.n_vocab));
+  writer.add_tensor("token_embd.weight", TensorType::F32, {config.n_embd, config.n_vocab}, embeddings.data(),
+                    embeddings.size() * sizeof(float));
+  const std::string path = (temp_dir() / file_name).string();
+  writer.write(path);
+  return path;
+}
+
+TEST(MkmodelPresets, EveryPresetsMetadataReadsBackAsItsConfig) {
+  for (const tools::mkmodel::Preset& preset : tools::mkmodel::all_presets()) {
+    SCOPED_TRACE(preset.config.arch_name + " " + preset.name);
+    ModelConfig expected = preset.config;
+    expected.n_vocab = 3;
+    const std::string path = write_config_metadata(expected, "config-" + preset.name + ".gguf");
+    expect_same_config(expected, ModelConfig::from_gguf(*gguf::File::open(path)));
+  }
+}
+
+TEST(MkmodelPresets, TinyFilesReadBackAsTheirPresetsConfig) {
+  struct Written {
+    std::string arch;
+    std::string preset;
+    std::string path;
+  };
+  std::vector<Written> files = {
+      {.arch = "gemma4", .preset = "tiny-ple", .path = tiny_gemma4("tiny-ple", "q4_k")},
+      {.arch = "gemma4", .preset = "tiny-keqv", .path = tiny_gemma4("tiny-keqv", "q8_0")},
+      {.arch = "gemma4", .preset = "tiny-dense", .path = tiny_gemma4("tiny-dense", "f16")},
+  };
+  if (fs::exists(gemma3_model())) files.push_back({.arch = "gemma3", .preset = "tiny", .path = tiny_gemma3("q8_0")});
+  for (const Written& file : files) {
+    SCOPED_TRACE(file.arch + " " + file.preset);
+    ASSERT_FALSE(file.path.empty());
+    ModelConfig expected = tools::mkmodel::find_preset(file.arch, file.preset).config;
+    expected.n_vocab = kVocab;
+    expect_same_config(expected, ModelConfig::from_gguf(*gguf::File::open(file.path)));
+  }
+}
+
+// Configs whose values the metadata keys cannot hold are refused, not written as something else.
+TEST(MkmodelPresets, MetadataRefusesWhatTheKeysCannotSay) {
+  gguf::Writer writer;
+  ModelConfig global_dims_differ = tools::mkmodel::find_preset("gemma4", "tiny-keqv").config;
+  global_dims_differ.layers[5].head_dim = 128;  // the global layers 2 and 5 now differ
+  EXPECT_THROW(tools::mkmodel::add_architecture_metadata(global_dims_differ, writer), Error);
+  ModelConfig gemma3_pattern = tools::mkmodel::find_preset("gemma3", "tiny").config;
+  gemma3_pattern.layers[0].sliding = false;  // llama.cpp makes only every 6th Gemma 3 layer global
+  EXPECT_THROW(tools::mkmodel::add_architecture_metadata(gemma3_pattern, writer), Error);
+  ModelConfig layers_missing = tools::mkmodel::find_preset("gemma4", "tiny-keqv").config;
+  layers_missing.layers.pop_back();
+  EXPECT_THROW(tools::mkmodel::add_architecture_metadata(layers_missing, writer), Error);
 }
 
 // ---------------------------------------------------------------------------------------------------------
