@@ -831,7 +831,7 @@ struct GemmRowScratch {
 template <TensorType kType, int R>
 HWY_INLINE void GemmRowBlock(const MatmulJob& job, const PackedTokens& x, int64_t row, int64_t tv_begin,
                              int64_t tv_end, GemmRowScratch& scratch) {
-  constexpr int kGroup = activation_group(kType);
+  constexpr int kGroup = fmt::activation_group(fmt::find_weight_format(kType)->activation);
   const int64_t n_in = job.n_in, NT = int64_t(kTokensPerVec);
   const int16_t* w[R];
   const float* scale[R];
