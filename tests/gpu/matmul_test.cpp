@@ -14,6 +14,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -121,14 +122,15 @@ std::vector<float> dequantized(TensorType type, const std::vector<uint8_t>& byte
 }
 
 // Bound on |gpu - exact| per output, as a multiple of sum_i |w_i x_i| (the scale of every rounding error):
-//  - GEMV (n_tokens <= kMaxGemvTokens): weights decoded exactly, products and sums in fp32. Each lane sums
-//    n_in / 32 products in sequence, then 5 shuffle levels add the lanes: at most (n_in / 32 + 5) roundings of
-//    2^-24 each along any path (the classic gamma_n bound of recursive summation), with 1% slack.
+//  - GEMV (n_tokens <= kMaxGemvTokens): weights decoded exactly, products and sums in fp32. A lane owns every
+//    32nd run of 8 elements, so it sums at most 8 * ceil(n_in / 256) products in sequence (one rounding each in
+//    an fmaf), then 5 shuffle levels add the lanes: at most that many + 5 roundings of 2^-24 along any path (the
+//    classic gamma_n bound of recursive summation), with 1% slack.
 //  - GEMM (TF32 tensor cores): each of w and x is rounded to 10 mantissa bits (relative error <= 2^-10 even if
 //    truncated), so each product is off by <= 2^-9 relative; fp32 accumulation in cuBLAS's order adds at most
 //    n_in roundings of 2^-24.
 double relative_bound(int64_t n_in, int64_t n_tokens) {
-  if (n_tokens <= kMaxGemvTokens) return double(n_in / 32 + 5) * 0x1.0p-24 * 1.01;
+  if (n_tokens <= kMaxGemvTokens) return double(8 * ((n_in + 255) / 256) + 5) * 0x1.0p-24 * 1.01;
   return 0x1.0p-9 + double(n_in) * 0x1.0p-24;
 }
 
@@ -192,20 +194,24 @@ TEST(CudaMatmul, MatchesDequantizedDoubleDotForEveryFormatShapeAndTokenCount) {
   }
 }
 
-// Float types only need n_in to be a multiple of 8 (one run); rows of such lengths are not 16-byte aligned,
-// which exercises the byte-wise ends of the GEMV's row staging.
-TEST(CudaMatmul, FloatFormatsTakeRowsOfAnyMultipleOfEight) {
+// Rows of any whole number of decode units: float rows of a few runs of 8, and legacy blocks in odd counts,
+// whose rows (3 x 18 bytes, 17 x 34 bytes, ...) start off 16-byte boundaries, which exercises the byte-wise ends
+// of the GEMV's row staging.
+TEST(CudaMatmul, ShortRowsAndRowsThatStartOffSixteenByteBoundaries) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
-  for (TensorType type : {TensorType::F32, TensorType::F16, TensorType::BF16}) {
-    for (int64_t n_in : {8, 24, 520, 1000}) {
-      for (int64_t n_tokens : {1, 8, 9}) {
-        const double ratio = check_matmul(ctx, stream, type, Shape{n_in, 13}, n_tokens, uint32_t(n_in + n_tokens));
-        std::printf("matmul %-5s n_in=%-5lld n_out=13  tokens=%-3lld max error / bound = %.3g\n",
-                    name_of(type).c_str(), (long long)n_in, (long long)n_tokens, ratio);
-        if (HasFailure()) return;
-      }
+  const std::pair<TensorType, int64_t> cases[] = {
+      {TensorType::F32, 8},    {TensorType::F16, 24},   {TensorType::BF16, 1000}, {TensorType::Q4_0, 96},
+      {TensorType::Q4_1, 32},  {TensorType::Q5_0, 544}, {TensorType::Q5_1, 160},  {TensorType::Q8_0, 544},
+      {TensorType::Q6_K, 768},
+  };
+  for (const auto& [type, n_in] : cases) {
+    for (int64_t n_tokens : {1, 8, 9}) {
+      const double ratio = check_matmul(ctx, stream, type, Shape{n_in, 13}, n_tokens, uint32_t(n_in + n_tokens));
+      std::printf("matmul %-5s n_in=%-5lld n_out=13  tokens=%-3lld max error / bound = %.3g\n",
+                  name_of(type).c_str(), (long long)n_in, (long long)n_tokens, ratio);
+      if (HasFailure()) return;
     }
   }
 }

@@ -162,7 +162,7 @@ TEST(WeightFormatTable, VisitorReachesTheDecoderOfEachTypeAndRejectsOthers) {
 
 uint16_t u16_at(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 
-// Element i of a block, decoded from the byte layouts as ggml documents them (ggml-common.h, ggml-quants.c),
+// Element i of a block, decoded from ggml's byte layouts (field offsets counted by hand from the block structs),
 // one element at a time and with ggml's operation order; written apart from weight_blocks.h.
 float reference_element(TensorType type, const uint8_t* block, int i) {
   auto half = [&](int offset) { return f16_to_f32(u16_at(block + offset)); };
@@ -319,7 +319,7 @@ TEST(Quantize, RejectsPartialBlocksAndUnsupportedTypes) {
 // ---------------------------------------------------------------------------------------------------------
 // Bit-exactness against llama.cpp's libggml-base.
 
-// The leading fields of ggml's `struct ggml_type_traits` (ggml/include/ggml.h), in the header's order.
+// The leading fields of ggml's `struct ggml_type_traits` (its public header), in the header's order.
 struct GgmlTypeTraitsPrefix {
   const char* type_name;
   int64_t blck_size;
