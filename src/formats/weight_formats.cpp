@@ -10,7 +10,6 @@
 #include "formats/weight_formats.h"
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -20,6 +19,7 @@ namespace {
 
 int nearest_int(float f) { return int(std::lrintf(f)); }
 
+// The inverse of unpack_scale_min_k4 (weight_blocks.h, which describes the 12-byte layout).
 void pack_scale_min_k4(const uint8_t scale[8], const uint8_t min[8], uint8_t out[K_SCALE_SIZE]) {
   std::memset(out, 0, K_SCALE_SIZE);
   for (int sub = 0; sub < 8; ++sub) {
@@ -249,6 +249,7 @@ void dequantize_bf16(const void* src, float* dst, int64_t n) {
   for (int64_t i = 0; i < n; ++i) dst[i] = bf16_to_f32(h[i]);
 }
 
+// The table in weight_formats.h points at these instances.
 template void dequantize_units<TensorType::Q8_0>(const void*, float*, int64_t);
 template void dequantize_units<TensorType::Q4_0>(const void*, float*, int64_t);
 template void dequantize_units<TensorType::Q4_1>(const void*, float*, int64_t);
@@ -259,7 +260,6 @@ template void dequantize_units<TensorType::Q5_K>(const void*, float*, int64_t);
 template void dequantize_units<TensorType::Q6_K>(const void*, float*, int64_t);
 
 void quantize_f32(const float* src, void* dst, int64_t n) { std::memcpy(dst, src, size_t(n) * sizeof(float)); }
-
 
 void quantize_f16(const float* src, void* dst, int64_t n) {
   auto* out = static_cast<f16_bits*>(dst);
