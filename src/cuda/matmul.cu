@@ -152,6 +152,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
 template <TensorType T>
 void launch_gemv(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, const float* x, int64_t n_tokens,
                  float* y) {
+  static_assert(kGemvChunk % kUnitElements<T> == 0, "a chunk is whole decode units, so chunks split no block");
   const int64_t ctas = (w.n_out + kGemvWarps - 1) / kGemvWarps;
   gemv_kernel<T><<<unsigned(ctas), kGemvWarps * kWarp, gemv_shared_bytes<T>(n_tokens), ctx.stream()>>>(
       static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, x, int(n_tokens), y);
