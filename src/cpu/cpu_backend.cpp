@@ -22,8 +22,6 @@
 namespace sparrow {
 namespace {
 
-cpu::WeightMatrix to_cpu(const WeightMatrix& w) { return cpu::WeightMatrix{w.type, w.data, w.n_in, w.n_out}; }
-
 float gelu_tanh_exact(float x) {
   constexpr float kSqrt2OverPi = 0.79788456080286535588f;
   return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
@@ -83,10 +81,10 @@ class CpuBackend final : public Backend {
   size_t memory_capacity() const override { return size_t(sysconf(_SC_PHYS_PAGES)) * size_t(sysconf(_SC_PAGE_SIZE)); }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override {
-    cpu::matmul(pool_, to_cpu(w), x, n_tokens, y);
+    cpu::matmul(pool_, w, x, n_tokens, y);
   }
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) override {
-    cpu::get_rows(to_cpu(w), ids, n_ids, out);
+    cpu::get_rows(w, ids, n_ids, out);
     if (scale != 1.0f) this->scale(out, scale, n_ids * w.n_in);
   }
 

@@ -629,23 +629,10 @@ void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, i
 // y[t][r] for rows [row_begin, row_end) and tokens [token_begin, token_end).
 void MatmulRows(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                 int64_t token_end) {
-#define SPARROW_MATMUL_CASE(type) \
-  case TensorType::type: return MatmulRowsTyped<TensorType::type>(job, row_begin, row_end, token_begin, token_end);
-  switch (job.type) {
-    SPARROW_MATMUL_CASE(F32)
-    SPARROW_MATMUL_CASE(F16)
-    SPARROW_MATMUL_CASE(BF16)
-    SPARROW_MATMUL_CASE(Q8_0)
-    SPARROW_MATMUL_CASE(Q4_0)
-    SPARROW_MATMUL_CASE(Q4_1)
-    SPARROW_MATMUL_CASE(Q5_0)
-    SPARROW_MATMUL_CASE(Q5_1)
-    SPARROW_MATMUL_CASE(Q4_K)
-    SPARROW_MATMUL_CASE(Q5_K)
-    SPARROW_MATMUL_CASE(Q6_K)
-    default: return;  // rejected by the caller
-  }
-#undef SPARROW_MATMUL_CASE
+  // Unsupported types were rejected by the caller, before any task started.
+  fmt::visit_weight_type(job.type, "matmul", [&](auto type) {
+    MatmulRowsTyped<decltype(type)::value>(job, row_begin, row_end, token_begin, token_end);
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -831,7 +818,7 @@ struct GemmRowScratch {
 template <TensorType kType, int R>
 HWY_INLINE void GemmRowBlock(const MatmulJob& job, const PackedTokens& x, int64_t row, int64_t tv_begin,
                              int64_t tv_end, GemmRowScratch& scratch) {
-  constexpr int kGroup = activation_group(kType);
+  constexpr int kGroup = fmt::activation_group(fmt::find_weight_format(kType)->activation);
   const int64_t n_in = job.n_in, NT = int64_t(kTokensPerVec);
   const int16_t* w[R];
   const float* scale[R];
@@ -869,20 +856,12 @@ void GemmRowsTyped(const MatmulJob& job, const PackedTokens& x, int64_t row_begi
 void GemmRows(const MatmulJob& job, const PackedTokens& x, int64_t row_begin, int64_t row_end, int64_t tv_begin,
               int64_t tv_end) {
   if constexpr (kLanes >= 8) {
-#define SPARROW_GEMM_CASE(type) \
-  case TensorType::type: return GemmRowsTyped<TensorType::type>(job, x, row_begin, row_end, tv_begin, tv_end);
-    switch (job.type) {
-      SPARROW_GEMM_CASE(Q8_0)
-      SPARROW_GEMM_CASE(Q4_0)
-      SPARROW_GEMM_CASE(Q4_1)
-      SPARROW_GEMM_CASE(Q5_0)
-      SPARROW_GEMM_CASE(Q5_1)
-      SPARROW_GEMM_CASE(Q4_K)
-      SPARROW_GEMM_CASE(Q5_K)
-      SPARROW_GEMM_CASE(Q6_K)
-      default: return;
-    }
-#undef SPARROW_GEMM_CASE
+    fmt::visit_weight_type(job.type, "matmul", [&](auto type) {
+      constexpr TensorType kType = decltype(type)::value;
+      if constexpr (fmt::activation_group(fmt::find_weight_format(kType)->activation) != 0) {
+        GemmRowsTyped<kType>(job, x, row_begin, row_end, tv_begin, tv_end);
+      }
+    });
   }
 }
 

@@ -29,41 +29,15 @@ HWY_EXPORT(GemmRows);
 
 namespace {
 
-// Elements and bytes per block of the supported weight types.
-struct BlockGeometry {
-  int64_t elements;
-  size_t bytes;
-};
-
-BlockGeometry block_geometry(TensorType type) {
-  switch (type) {
-    case TensorType::F32: return {1, 4};
-    case TensorType::F16: case TensorType::BF16: return {1, 2};
-    case TensorType::Q8_0: return {32, sizeof(formats::BlockQ8_0)};
-    case TensorType::Q4_0: return {32, sizeof(formats::BlockQ4_0)};
-    case TensorType::Q4_1: return {32, sizeof(formats::BlockQ4_1)};
-    case TensorType::Q5_0: return {32, sizeof(formats::BlockQ5_0)};
-    case TensorType::Q5_1: return {32, sizeof(formats::BlockQ5_1)};
-    case TensorType::Q4_K: return {formats::QK_K, sizeof(formats::BlockQ4_K)};
-    case TensorType::Q5_K: return {formats::QK_K, sizeof(formats::BlockQ5_K)};
-    case TensorType::Q6_K: return {formats::QK_K, sizeof(formats::BlockQ6_K)};
-    default: return {0, 0};
-  }
-}
-
 size_t checked_row_bytes(const char* what, const WeightMatrix& w) {
-  const BlockGeometry g = block_geometry(w.type);
-  if (g.elements == 0) {
-    throw Error(std::string(what) + ": weight type id " + std::to_string(uint32_t(w.type)) +
-                " is not supported by the CPU kernels");
-  }
-  if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % g.elements != 0) {
+  const TensorTypeInfo& geometry = formats::weight_format(w.type, what).geometry;
+  if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % geometry.block_elements != 0) {
     throw Error(std::string(what) + ": weight shape " + std::to_string(w.n_in) + " x " +
-                std::to_string(w.n_out) + " does not fit type id " + std::to_string(uint32_t(w.type)) +
-                " (n_in must be a positive multiple of " + std::to_string(g.elements) + ")");
+                std::to_string(w.n_out) + " does not fit " + std::string(geometry.name) +
+                " (n_in must be a positive multiple of " + std::to_string(geometry.block_elements) + ")");
   }
   if (w.data == nullptr) throw Error(std::string(what) + ": weight data is null");
-  return size_t(w.n_in / g.elements) * g.bytes;
+  return size_t(w.n_in / geometry.block_elements) * geometry.block_bytes;
 }
 
 constexpr size_t kActivationPadding = 16;
@@ -99,9 +73,9 @@ struct ActivationScratch {
   }
 
   std::vector<float> rounded;
-  const float* round_to(TensorType type, const float* x, int64_t n) {
+  const float* round_to(formats::ActivationFormat format, const float* x, int64_t n) {
     rounded.resize(size_t(n));
-    if (type == TensorType::F16)
+    if (format == formats::ActivationFormat::F16)
       for (int64_t i = 0; i < n; ++i) rounded[i] = formats::f16_to_f32(formats::f32_to_f16(x[i]));
     else
       for (int64_t i = 0; i < n; ++i) rounded[i] = formats::bf16_to_f32(formats::f32_to_bf16(x[i]));
@@ -190,13 +164,16 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_t
   const size_t row_bytes = checked_row_bytes("matmul", w);
   if (n_tokens <= 0) return;
   static thread_local ActivationScratch scratch;
-  // ggml multiplies f16 and bf16 weights with activations rounded to the weight's type; so does Sparrow, so
-  // that its logits match llama.cpp's.
-  if (w.type == TensorType::F16 || w.type == TensorType::BF16) x = scratch.round_to(w.type, x, w.n_in * n_tokens);
+  // Activations as ggml multiplies them with this weight type (formats::ActivationFormat), so that Sparrow's
+  // logits match llama.cpp's: rounded to f16 / bf16 for those weights, 8-bit quantized for block types.
+  const formats::ActivationFormat activation = formats::weight_format(w.type, "matmul").activation;
+  if (activation == formats::ActivationFormat::F16 || activation == formats::ActivationFormat::BF16) {
+    x = scratch.round_to(activation, x, w.n_in * n_tokens);
+  }
   MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, n_tokens, x, {}, y};
   int64_t n_gemm = 0;
-  if (const int group = activation_group(w.type); group != 0) {
-    const bool q8_1_sums = w.type == TensorType::Q4_1 || w.type == TensorType::Q5_1;
+  if (const int group = formats::activation_group(activation); group != 0) {
+    const bool q8_1_sums = activation == formats::ActivationFormat::Q8_1;
     job.xq = scratch.quantize(pool, x, w.n_in, n_tokens, group, q8_1_sums);
     const int64_t per_vector = int64_t(HWY_DYNAMIC_DISPATCH(GemmTokensPerVector)());
     const int64_t per_tile = per_vector * kGemmVectorsPerTile;

@@ -4,17 +4,9 @@
 #include <cstdint>
 
 #include "cpu/thread_pool.h"
-#include "gguf/tensor_types.h"
+#include "formats/weight_matrix.h"
 
 namespace sparrow::cpu {
-
-// A weight matrix as stored in GGUF: ne0 = n_in (contiguous), ne1 = n_out rows.
-struct WeightMatrix {
-  TensorType type;
-  const void* data;
-  int64_t n_in;
-  int64_t n_out;
-};
 
 // y[t * n_out + o] = sum_i W[o][i] * x[t * n_in + i] for t in [0, n_tokens).
 void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);

@@ -42,14 +42,4 @@ struct MatmulJob {
   float* y;                // [n_tokens][n_out]
 };
 
-// Activation group (elements per scale) that a quantized weight type is multiplied with; 0 for float types.
-constexpr int activation_group(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_0: case TensorType::Q4_1: case TensorType::Q5_0: case TensorType::Q5_1:
-    case TensorType::Q8_0: return 32;
-    case TensorType::Q4_K: case TensorType::Q5_K: case TensorType::Q6_K: return 256;
-    default: return 0;
-  }
-}
-
 }  // namespace sparrow::cpu

@@ -1,44 +1,132 @@
 #pragma once
-// Weight block types with llama.cpp-identical layouts, and their reference (scalar, obviously correct)
-// dequantization and quantization. CPU and CUDA kernels include these layouts; they never redefine them.
+// The weight types Sparrow computes with, described once: one WeightFormat entry per type (the trait table
+// the CPU and CUDA kernels share), their block layouts and decoding (weight_blocks.h), and the reference
+// (scalar, obviously correct) conversions. Block geometry is gguf/tensor_types.h's, never restated here.
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <iterator>
+#include <type_traits>
+#include <utility>
 
+#include "formats/weight_blocks.h"
 #include "gguf/tensor_types.h"
+#include "util/error.h"
 
 namespace sparrow::formats {
 
-constexpr int QK4_0 = 32, QK4_1 = 32, QK5_0 = 32, QK5_1 = 32, QK8_0 = 32, QK_K = 256, K_SCALE_SIZE = 12;
-
-// IEEE half and bfloat16 as stored in files.
-using f16_bits = uint16_t;
-using bf16_bits = uint16_t;
-float f16_to_f32(f16_bits h);
 f16_bits f32_to_f16(float f);   // round to nearest even, like ggml's GGML_FP32_TO_FP16
-float bf16_to_f32(bf16_bits h);
 bf16_bits f32_to_bf16(float f);  // round to nearest even, NaN kept quiet, like ggml
 
-struct BlockQ4_0 { f16_bits d; uint8_t qs[QK4_0 / 2]; };
-struct BlockQ4_1 { f16_bits d, m; uint8_t qs[QK4_1 / 2]; };
-struct BlockQ5_0 { f16_bits d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
-struct BlockQ5_1 { f16_bits d, m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
-struct BlockQ8_0 { f16_bits d; int8_t qs[QK8_0]; };
-struct BlockQ4_K { f16_bits d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
-struct BlockQ5_K { f16_bits d, dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
-struct BlockQ6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; f16_bits d; };
-static_assert(sizeof(BlockQ4_0) == 18 && sizeof(BlockQ4_1) == 20 && sizeof(BlockQ5_0) == 22 &&
-              sizeof(BlockQ5_1) == 24 && sizeof(BlockQ8_0) == 34 && sizeof(BlockQ4_K) == 144 &&
-              sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210);
+// What the CPU multiplies a weight type's rows with: the activations as they are, rounded to the weight's
+// float type, or quantized to 8 bits per element the way ggml does it (its vec_dot_type), so that products
+// match llama.cpp's.
+enum class ActivationFormat : uint8_t {
+  F32,   // as they are (f32 weights)
+  F16,   // rounded to f16 (f16 weights)
+  BF16,  // rounded to bf16 (bf16 weights)
+  Q8_0,  // per 32 elements: an f16 scale max|x| / 127 and 8-bit values
+  Q8_1,  // Q8_0 plus, per 32, f16(scale * sum of the values) (weights with a block minimum: Q4_1, Q5_1)
+  Q8_K,  // per 256 elements: a float scale 1 / (127 / max|x|) and 8-bit values (the K-quants)
+};
 
-// Unpacks the 6-bit scale and min of sub-block `sub` (0..7) from the 12 scale bytes of a Q4_K/Q5_K block.
-void unpack_scale_min_k4(const uint8_t scales[K_SCALE_SIZE], int sub, uint8_t* scale, uint8_t* min);
+// Elements per activation scale of a quantized activation format, 0 for the float ones.
+constexpr int activation_group(ActivationFormat a) {
+  switch (a) {
+    case ActivationFormat::Q8_0: case ActivationFormat::Q8_1: return 32;
+    case ActivationFormat::Q8_K: return 256;
+    default: return 0;
+  }
+}
 
-// True for the weight types Sparrow computes with: F32 F16 BF16 Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 Q4_K Q5_K Q6_K.
-bool is_supported_weight_type(TensorType type);
+struct WeightFormat {
+  TensorType type;
+  const TensorTypeInfo& geometry;  // gguf's entry: name, elements and bytes per block
+  ActivationFormat activation;     // what the CPU multiplies these weights with
+  // Reference conversions of n elements (n a multiple of geometry.block_elements). dequantize_row is
+  // bit-exact with ggml's to_float.
+  void (*dequantize_row)(const void* src, float* dst, int64_t n);
+  void (*quantize_row)(const float* src, void* dst, int64_t n);
+};
 
-// Reference dequantization of n elements (n a multiple of the block size). Bit-exact with ggml's to_float.
+namespace detail {
+// The reference conversions the table points to (weight_formats.cpp).
+void dequantize_f32(const void* src, float* dst, int64_t n);
+void dequantize_f16(const void* src, float* dst, int64_t n);
+void dequantize_bf16(const void* src, float* dst, int64_t n);
+template <TensorType T>
+void dequantize_units(const void* src, float* dst, int64_t n);  // the block types, through WeightBlock<T>
+void quantize_f32(const float* src, void* dst, int64_t n);
+void quantize_f16(const float* src, void* dst, int64_t n);
+void quantize_bf16(const float* src, void* dst, int64_t n);
+void quantize_q8_0(const float* src, void* dst, int64_t n);
+void quantize_q4_0(const float* src, void* dst, int64_t n);
+void quantize_q4_1(const float* src, void* dst, int64_t n);
+void quantize_q5_0(const float* src, void* dst, int64_t n);
+void quantize_q5_1(const float* src, void* dst, int64_t n);
+void quantize_q4_k(const float* src, void* dst, int64_t n);
+void quantize_q5_k(const float* src, void* dst, int64_t n);
+void quantize_q6_k(const float* src, void* dst, int64_t n);
+
+constexpr WeightFormat entry(TensorType type, ActivationFormat activation,
+                             void (*dequantize)(const void*, float*, int64_t),
+                             void (*quantize)(const float*, void*, int64_t)) {
+  return WeightFormat{type, *tensor_type_info(type), activation, dequantize, quantize};
+}
+}  // namespace detail
+
+// The trait table: every supported type, constexpr so that kernels can read an entry at compile time.
+inline constexpr WeightFormat kWeightFormats[] = {
+    detail::entry(TensorType::F32, ActivationFormat::F32, detail::dequantize_f32, detail::quantize_f32),
+    detail::entry(TensorType::F16, ActivationFormat::F16, detail::dequantize_f16, detail::quantize_f16),
+    detail::entry(TensorType::BF16, ActivationFormat::BF16, detail::dequantize_bf16, detail::quantize_bf16),
+    detail::entry(TensorType::Q8_0, ActivationFormat::Q8_0, detail::dequantize_units<TensorType::Q8_0>,
+                  detail::quantize_q8_0),
+    detail::entry(TensorType::Q4_0, ActivationFormat::Q8_0, detail::dequantize_units<TensorType::Q4_0>,
+                  detail::quantize_q4_0),
+    detail::entry(TensorType::Q4_1, ActivationFormat::Q8_1, detail::dequantize_units<TensorType::Q4_1>,
+                  detail::quantize_q4_1),
+    detail::entry(TensorType::Q5_0, ActivationFormat::Q8_0, detail::dequantize_units<TensorType::Q5_0>,
+                  detail::quantize_q5_0),
+    detail::entry(TensorType::Q5_1, ActivationFormat::Q8_1, detail::dequantize_units<TensorType::Q5_1>,
+                  detail::quantize_q5_1),
+    detail::entry(TensorType::Q4_K, ActivationFormat::Q8_K, detail::dequantize_units<TensorType::Q4_K>,
+                  detail::quantize_q4_k),
+    detail::entry(TensorType::Q5_K, ActivationFormat::Q8_K, detail::dequantize_units<TensorType::Q5_K>,
+                  detail::quantize_q5_k),
+    detail::entry(TensorType::Q6_K, ActivationFormat::Q8_K, detail::dequantize_units<TensorType::Q6_K>,
+                  detail::quantize_q6_k),
+};
+
+// The entry of a supported type, or nullptr.
+constexpr const WeightFormat* find_weight_format(TensorType type) {
+  for (const WeightFormat& format : kWeightFormats)
+    if (format.type == type) return &format;
+  return nullptr;
+}
+// The entry of a supported type; throws an Error naming `what` and the type for any other.
+const WeightFormat& weight_format(TensorType type, const char* what);
+
+constexpr bool is_supported_weight_type(TensorType type) { return find_weight_format(type) != nullptr; }
+
+// Reference dequantization / quantization of n elements through the table; throws for an unsupported type or
+// an n that is not a whole number of blocks.
 void dequantize_row(TensorType type, const void* src, float* dst, int64_t n);
-// Reference quantization of n elements (any supported type); used by mkmodel and tests.
 void quantize_row(TensorType type, const float* src, void* dst, int64_t n);
+
+// Calls f(std::integral_constant<TensorType, T>{}) for the runtime type (so that f can instantiate
+// WeightBlock<T> kernels), walking the table: the one path from a runtime type to the compile-time decoders.
+// Throws an Error naming `what` for an unsupported type.
+template <size_t kIndex = 0, class F>
+auto visit_weight_type(TensorType type, const char* what, F&& f)
+    -> decltype(f(std::integral_constant<TensorType, TensorType::F32>{})) {
+  if constexpr (kIndex == std::size(kWeightFormats)) {
+    throw Error(std::string(what) + ": weight type " + tensor_type_name(type) + " is not supported");
+  } else {
+    constexpr TensorType kType = kWeightFormats[kIndex].type;
+    if (type == kType) return f(std::integral_constant<TensorType, kType>{});
+    return visit_weight_type<kIndex + 1>(type, what, std::forward<F>(f));
+  }
+}
 
 }  // namespace sparrow::formats

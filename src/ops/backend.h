@@ -9,17 +9,10 @@
 #include <string>
 
 #include "formats/kv/kv_codec.h"
+#include "formats/weight_matrix.h"
 #include "gguf/tensor_types.h"
 
 namespace sparrow {
-
-// A weight matrix as stored in GGUF: n_in elements per row (ggml ne0, contiguous), n_out rows.
-struct WeightMatrix {
-  TensorType type = TensorType::F32;
-  const void* data = nullptr;
-  int64_t n_in = 0;
-  int64_t n_out = 0;
-};
 
 // Rotary position embedding, NEOX layout: dimension i pairs with i + n_rot/2.
 // theta_i = freq_scale * position * freq_base^(-2i/n_rot) / freq_divisors[i] (divisors optional).

@@ -3,12 +3,15 @@
 // (loaded with dlopen from the peer build, so no llama.cpp header or code enters Sparrow).
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -120,6 +123,121 @@ TEST(BFloat16, EveryBitPatternConvertsAndRoundTrips) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
+// The trait table and the block decoders, against facts written here from ggml's definitions.
+
+TEST(WeightFormatTable, ListsEverySupportedTypeWithGgufGeometryAndGgmlActivations) {
+  // ggml's vec_dot_type of each weight type: what its CPU dot products multiply the weights with.
+  const std::pair<TensorType, ActivationFormat> expected[] = {
+      {TensorType::F32, ActivationFormat::F32},   {TensorType::F16, ActivationFormat::F16},
+      {TensorType::BF16, ActivationFormat::BF16}, {TensorType::Q8_0, ActivationFormat::Q8_0},
+      {TensorType::Q4_0, ActivationFormat::Q8_0}, {TensorType::Q4_1, ActivationFormat::Q8_1},
+      {TensorType::Q5_0, ActivationFormat::Q8_0}, {TensorType::Q5_1, ActivationFormat::Q8_1},
+      {TensorType::Q4_K, ActivationFormat::Q8_K}, {TensorType::Q5_K, ActivationFormat::Q8_K},
+      {TensorType::Q6_K, ActivationFormat::Q8_K},
+  };
+  ASSERT_EQ(std::size(kWeightFormats), std::size(expected));
+  for (const auto& [type, activation] : expected) {
+    const WeightFormat* format = find_weight_format(type);
+    ASSERT_NE(format, nullptr) << tensor_type_name(type);
+    EXPECT_EQ(format->type, type);
+    EXPECT_EQ(&format->geometry, tensor_type_info(type)) << tensor_type_name(type) << ": gguf's entry, not a copy";
+    EXPECT_EQ(format->activation, activation) << tensor_type_name(type);
+    EXPECT_EQ(&weight_format(type, "test"), format);
+  }
+  EXPECT_EQ(find_weight_format(TensorType::Q8_K), nullptr);
+  EXPECT_THROW(weight_format(TensorType::IQ4_NL, "test"), Error);
+  EXPECT_EQ(activation_group(ActivationFormat::Q8_0), 32);
+  EXPECT_EQ(activation_group(ActivationFormat::Q8_1), 32);
+  EXPECT_EQ(activation_group(ActivationFormat::Q8_K), 256);
+  EXPECT_EQ(activation_group(ActivationFormat::F16), 0);
+}
+
+TEST(WeightFormatTable, VisitorReachesTheDecoderOfEachTypeAndRejectsOthers) {
+  for (const auto& c : kAllTypes) {
+    const int unit = visit_weight_type(c.type, "test", [](auto type) {
+      return WeightBlock<decltype(type)::value>::kUnitElements;
+    });
+    EXPECT_EQ(unit, std::max(c.block_elements, kRunElements)) << c.name;
+  }
+  EXPECT_THROW(visit_weight_type(TensorType::Q2_K, "test", [](auto) { return 0; }), Error);
+}
+
+uint16_t u16_at(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+
+// Element i of a block, decoded from ggml's byte layouts (field offsets counted by hand from the block structs),
+// one element at a time and with ggml's operation order; written apart from weight_blocks.h.
+float reference_element(TensorType type, const uint8_t* block, int i) {
+  auto half = [&](int offset) { return f16_to_f32(u16_at(block + offset)); };
+  auto nibble = [](const uint8_t* qs, int j) { return j < 16 ? qs[j] & 15 : qs[j - 16] >> 4; };
+  auto fifth_bit = [](const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 1; };
+  // Q4_K / Q5_K: 6-bit scale and min of sub-block s from the 12 bytes at block + 4.
+  auto scale_min = [&](int s, int* sc, int* m) {
+    const uint8_t* q = block + 4;
+    if (s < 4) {
+      *sc = q[s] & 63, *m = q[s + 4] & 63;
+    } else {
+      *sc = (q[s + 4] & 15) | ((q[s - 4] >> 6) << 4), *m = (q[s + 4] >> 4) | ((q[s] >> 6) << 4);
+    }
+  };
+  switch (type) {
+    case TensorType::Q8_0: return float(int8_t(block[2 + i])) * half(0);
+    case TensorType::Q4_0: return float(nibble(block + 2, i) - 8) * half(0);
+    case TensorType::Q4_1: { const float p = float(nibble(block + 4, i)) * half(0); return p + half(2); }
+    case TensorType::Q5_0: return float((nibble(block + 6, i) | (fifth_bit(block + 2, i) << 4)) - 16) * half(0);
+    case TensorType::Q5_1: {
+      const float p = float(nibble(block + 8, i) | (fifth_bit(block + 4, i) << 4)) * half(0);
+      return p + half(2);
+    }
+    case TensorType::Q4_K: case TensorType::Q5_K: {
+      const bool five = type == TensorType::Q5_K;
+      const uint8_t* qs = block + (five ? 48 : 16);
+      const int s = i / 32, l = i % 32;
+      int sc, m;
+      scale_min(s, &sc, &m);
+      int q = (s % 2 == 0) ? (qs[32 * (s / 2) + l] & 15) : (qs[32 * (s / 2) + l] >> 4);
+      if (five) q |= ((block[16 + l] >> s) & 1) << 4;
+      const float p = (half(0) * float(sc)) * float(q);
+      return p - half(2) * float(m);
+    }
+    case TensorType::Q6_K: {
+      const uint8_t *ql = block, *qh = block + 128;
+      const auto* scales = reinterpret_cast<const int8_t*>(block + 192);
+      const int h = i / 128, k = (i % 128) / 32, l = i % 32;
+      const uint8_t low_byte = ql[64 * h + 32 * (k % 2) + l];
+      const int low = k < 2 ? (low_byte & 15) : (low_byte >> 4);
+      const int q = (low | (((qh[32 * h + l] >> (2 * k)) & 3) << 4)) - 32;
+      return half(208) * float(scales[8 * h + (i % 128) / 16]) * float(q);
+    }
+    default: return NAN;
+  }
+}
+
+TEST(WeightBlocks, DecodeEveryElementLikeTheLayoutDefinition) {
+  std::mt19937 rng(31);
+  for (const auto& c : kAllTypes) {
+    if (c.block_elements == 1) continue;  // plain types: the half/bfloat16 tests above
+    const size_t n_blocks = 512;
+    std::vector<uint8_t> bytes(n_blocks * c.block_bytes);
+    for (auto& b : bytes) b = uint8_t(rng());
+    for (size_t i = 0; i < n_blocks; ++i) {  // finite scales; every other byte random
+      for (size_t offset : {size_t(0), size_t(2), size_t(208)}) {
+        if (offset + 2 > c.block_bytes || (offset == 208) != (c.type == TensorType::Q6_K)) continue;
+        const uint16_t h = f32_to_f16(std::ldexp(float(rng() % 1000 + 1), -int(rng() % 12) - 4));
+        std::memcpy(bytes.data() + i * c.block_bytes + offset, &h, 2);
+      }
+    }
+    std::vector<float> decoded(n_blocks * c.block_elements);
+    dequantize_row(c.type, bytes.data(), decoded.data(), int64_t(decoded.size()));
+    for (size_t i = 0; i < decoded.size(); ++i) {
+      const float want = reference_element(c.type, bytes.data() + (i / c.block_elements) * c.block_bytes,
+                                           int(i % c.block_elements));
+      ASSERT_EQ(bits_of(decoded[i]), bits_of(want)) << c.name << " element " << i << ": " << decoded[i] << " vs "
+                                                    << want;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------
 // Quantize -> dequantize error, without llama.cpp.
 
 std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
@@ -203,7 +321,7 @@ TEST(Quantize, RejectsPartialBlocksAndUnsupportedTypes) {
 // ---------------------------------------------------------------------------------------------------------
 // Bit-exactness against llama.cpp's libggml-base.
 
-// The leading fields of ggml's `struct ggml_type_traits` (ggml/include/ggml.h), in the header's order.
+// The leading fields of ggml's `struct ggml_type_traits` (its public header), in the header's order.
 struct GgmlTypeTraitsPrefix {
   const char* type_name;
   int64_t blck_size;

@@ -1,0 +1,57 @@
+#pragma once
+// Matrix products and row gathers on the GPU against weights of every supported format (formats/), decoded by
+// the same WeightBlock<T>::decode_run the reference dequantization uses.
+//
+// Two paths, chosen by the number of tokens:
+//  - decode (n_tokens <= kMaxGemvTokens): a GEMV that reads each weight byte once: one warp per output row,
+//    the row staged through shared memory with 16-byte loads, activations in shared memory, fp32 products and
+//    accumulation, warp-shuffle reduction. Weights are decoded exactly (bit for bit as on the CPU reference).
+//  - prefill: cuBLAS on tensor cores over panels of W dequantized to f32 by a Sparrow kernel, multiplied in
+//    TF32 (CUBLAS_COMPUTE_32F_FAST_TF32: inputs rounded to 10 mantissa bits, fp32 accumulation). TF32 rather
+//    than f16/bf16 because it keeps f32's range (Gemma's activations can leave f16's) with f16's precision,
+//    and needs no conversion pass over the activations. Error bound: tests/gpu/matmul_test.cpp.
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "formats/weight_matrix.h"
+
+namespace sparrow::cuda {
+
+// Products of up to this many tokens take the GEMV; more take the tensor-core GEMM.
+constexpr int64_t kMaxGemvTokens = 8;
+
+// Per-stream state for matrix products: cuBLAS handle, scratch for dequantized panels.
+class MatmulContext {
+ public:
+  explicit MatmulContext(cudaStream_t stream);
+  ~MatmulContext();
+  MatmulContext(const MatmulContext&) = delete;
+  MatmulContext& operator=(const MatmulContext&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  cublasHandle_t cublas() const { return cublas_; }
+  // Device scratch of at least n_floats floats, kept (and grown) across calls; valid until the next call.
+  float* panel(size_t n_floats);
+
+ private:
+  cudaStream_t stream_;
+  cublasHandle_t cublas_ = nullptr;
+  float* panel_ = nullptr;
+  size_t panel_floats_ = 0;
+};
+
+// y[t][o] = sum_i W[o][i] * x[t][i]. w.data: device memory, or host memory mapped into the device's address
+// space (cudaHostRegister'ed): kernels only read it. x, y: device memory, [n_tokens][n_in] / [n_tokens][n_out].
+// Enqueued on ctx's stream. Throws an Error for an unsupported type or a shape the type cannot have (n_in a
+// multiple of the block size; of 8 for the float types).
+void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+
+// out[r][i] = scale * W[ids[r]][i], dequantized; ids: device memory. Ids are read on the device only, so an id
+// outside [0, n_out) cannot raise an error: its row comes out NaN.
+void get_rows(MatmulContext& ctx, const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale,
+              float* out);
+
+}  // namespace sparrow::cuda

@@ -1,0 +1,329 @@
+// CUDA matmul and get_rows for every weight format, against a host reference written here: formats::dequantize_row
+// (itself bit-exact with ggml, tests/unit/weight_formats_test.cpp) followed by a double-precision dot product.
+// Every case logs its format, shape, token count and the largest error seen relative to its bound, so that a
+// log from a GPU machine says how much room each bound leaves.
+#include "cuda/matmul.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cuda/cuda_check.h"
+#include "formats/weight_formats.h"
+#include "gpu_test_util.h"
+#include "util/error.h"
+
+namespace sparrow::cuda {
+namespace {
+
+// Device memory for the span of one test; the output buffers start as NaN so that an element the kernel
+// never wrote cannot pass.
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { SPARROW_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    SPARROW_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return p_; }
+  void poison() { SPARROW_CUDA_CHECK(cudaMemset(p_, 0xFF, n_ * sizeof(T))); }  // all-ones floats are NaN
+  std::vector<T> read() const {
+    std::vector<T> host(n_);
+    SPARROW_CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+class Stream {
+ public:
+  Stream() { SPARROW_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  cudaStream_t get() const { return stream_; }
+  void sync() const { SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+std::string name_of(TensorType type) { return tensor_type_name(type); }
+
+size_t row_bytes(TensorType type, int64_t n_in) { return tensor_row_bytes(type, n_in); }
+
+// Byte offsets of the f16 scale fields in one block, from the ggml block layouts; the other bytes of a block
+// may hold any bits, and are random here so that every quant value occurs.
+std::vector<size_t> half_fields(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: return {0};
+    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: return {0, 2};
+    case TensorType::Q6_K: return {208};
+    default: return {};
+  }
+}
+
+// Weight bytes: random quant bits with f16 scales in +-[1/512, 1/16] for block types; Gaussian values for the
+// float types (rounded to the type by its quantize_row).
+std::vector<uint8_t> random_weights(TensorType type, int64_t n_in, int64_t n_out, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const TensorTypeInfo& geometry = *tensor_type_info(type);
+  std::vector<uint8_t> bytes(row_bytes(type, n_in) * size_t(n_out));
+  if (geometry.block_elements == 1) {
+    std::normal_distribution<float> gauss(0.0f, 1.0f);
+    std::vector<float> values(size_t(n_in * n_out));
+    for (float& v : values) v = gauss(rng);
+    formats::quantize_row(type, values.data(), bytes.data(), n_in * n_out);
+    return bytes;
+  }
+  for (uint8_t& b : bytes) b = uint8_t(rng());
+  std::uniform_real_distribution<float> magnitude(1.0f / 512, 1.0f / 16);
+  for (size_t block = 0; block < bytes.size() / geometry.block_bytes; ++block) {
+    for (size_t offset : half_fields(type)) {
+      const uint16_t h = formats::f32_to_f16((rng() & 1 ? 1.0f : -1.0f) * magnitude(rng));
+      std::memcpy(bytes.data() + block * geometry.block_bytes + offset, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+// Activations with a few large outliers, like real hidden states.
+std::vector<float> random_activations(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = gauss(rng);
+  for (int64_t i = 0; i < n; i += 97) x[size_t(i)] *= 20.0f;
+  return x;
+}
+
+std::vector<float> dequantized(TensorType type, const std::vector<uint8_t>& bytes, int64_t n_in, int64_t n_out) {
+  std::vector<float> w(size_t(n_in * n_out));
+  for (int64_t o = 0; o < n_out; ++o) {
+    formats::dequantize_row(type, bytes.data() + size_t(o) * row_bytes(type, n_in), w.data() + o * n_in, n_in);
+  }
+  return w;
+}
+
+// Bound on |gpu - exact| per output, as a multiple of sum_i |w_i x_i| (the scale of every rounding error):
+//  - GEMV (n_tokens <= kMaxGemvTokens): weights decoded exactly, products and sums in fp32. A lane owns every
+//    32nd run of 8 elements, so it sums at most 8 * ceil(n_in / 256) products in sequence (one rounding each in
+//    an fmaf), then 5 shuffle levels add the lanes: at most that many + 5 roundings of 2^-24 along any path (the
+//    classic gamma_n bound of recursive summation), with 1% slack.
+//  - GEMM (TF32 tensor cores): each of w and x is rounded to 10 mantissa bits (relative error <= 2^-10 even if
+//    truncated), so each product is off by <= 2^-9 relative; fp32 accumulation in cuBLAS's order adds at most
+//    n_in roundings of 2^-24.
+double relative_bound(int64_t n_in, int64_t n_tokens) {
+  if (n_tokens <= kMaxGemvTokens) return double(8 * ((n_in + 255) / 256) + 5) * 0x1.0p-24 * 1.01;
+  return 0x1.0p-9 + double(n_in) * 0x1.0p-24;
+}
+
+struct Shape {
+  int64_t n_in, n_out;
+};
+
+// Runs one product and checks every output; returns the largest error / bound ratio seen.
+double check_matmul(MatmulContext& ctx, const Stream& stream, TensorType type, Shape s, int64_t n_tokens,
+                    uint32_t seed) {
+  const auto bytes = random_weights(type, s.n_in, s.n_out, seed);
+  const auto w = dequantized(type, bytes, s.n_in, s.n_out);
+  const auto x = random_activations(s.n_in * n_tokens, seed + 1);
+  DeviceBuffer<uint8_t> w_dev(bytes);
+  DeviceBuffer<float> x_dev(x), y_dev(size_t(n_tokens * s.n_out));
+  y_dev.poison();
+  matmul(ctx, WeightMatrix{type, w_dev.get(), s.n_in, s.n_out}, x_dev.get(), n_tokens, y_dev.get());
+  stream.sync();
+  const std::vector<float> y = y_dev.read();
+
+  const double relative = relative_bound(s.n_in, n_tokens);
+  double worst_ratio = 0;
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    for (int64_t o = 0; o < s.n_out; ++o) {
+      double want = 0, abs_dot = 0;
+      for (int64_t i = 0; i < s.n_in; ++i) {
+        const double term = double(w[size_t(o * s.n_in + i)]) * x[size_t(t * s.n_in + i)];
+        want += term;
+        abs_dot += std::fabs(term);
+      }
+      const double got = y[size_t(t * s.n_out + o)];
+      const double bound = relative * abs_dot + 1e-30;
+      const double error = std::fabs(got - want);
+      if (!(error <= bound)) {  // also catches NaN: an output never written
+        ADD_FAILURE() << name_of(type) << " n_in=" << s.n_in << " n_out=" << s.n_out << " tokens=" << n_tokens
+                      << " token " << t << " row " << o << ": got " << got << ", want " << want << ", error "
+                      << error << " > bound " << bound;
+        return error / bound;
+      }
+      worst_ratio = std::max(worst_ratio, error / bound);
+    }
+  }
+  return worst_ratio;
+}
+
+TEST(CudaMatmul, MatchesDequantizedDoubleDotForEveryFormatShapeAndTokenCount) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  uint32_t seed = 1;
+  for (const formats::WeightFormat& format : formats::kWeightFormats) {
+    for (Shape s : {Shape{256, 67}, Shape{2816, 33}, Shape{8192, 5}}) {
+      for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 33, 512}) {
+        const double ratio = check_matmul(ctx, stream, format.type, s, n_tokens, seed++);
+        std::printf("matmul %-5s n_in=%-5lld n_out=%-3lld tokens=%-3lld path=%-4s max error / bound = %.3g\n",
+                    name_of(format.type).c_str(), (long long)s.n_in, (long long)s.n_out, (long long)n_tokens,
+                    n_tokens <= kMaxGemvTokens ? "gemv" : "gemm", ratio);
+        if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Rows of any whole number of decode units: float rows of a few runs of 8, and legacy blocks in odd counts,
+// whose rows (3 x 18 bytes, 17 x 34 bytes, ...) start off 16-byte boundaries, which exercises the byte-wise ends
+// of the GEMV's row staging.
+TEST(CudaMatmul, ShortRowsAndRowsThatStartOffSixteenByteBoundaries) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const std::pair<TensorType, int64_t> cases[] = {
+      {TensorType::F32, 8},    {TensorType::F16, 24},   {TensorType::BF16, 1000}, {TensorType::Q4_0, 96},
+      {TensorType::Q4_1, 32},  {TensorType::Q5_0, 544}, {TensorType::Q5_1, 160},  {TensorType::Q8_0, 544},
+      {TensorType::Q6_K, 768},
+  };
+  for (const auto& [type, n_in] : cases) {
+    for (int64_t n_tokens : {1, 8, 9}) {
+      const double ratio = check_matmul(ctx, stream, type, Shape{n_in, 13}, n_tokens, uint32_t(n_in + n_tokens));
+      std::printf("matmul %-5s n_in=%-5lld n_out=13  tokens=%-3lld max error / bound = %.3g\n",
+                  name_of(type).c_str(), (long long)n_in, (long long)n_tokens, ratio);
+      if (HasFailure()) return;
+    }
+  }
+}
+
+// The weights may live in host memory mapped into the device (cudaHostRegister): same products as from a copy
+// in device memory, on both paths.
+TEST(CudaMatmul, ReadsWeightsFromMappedHostMemory) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const Shape s{1024, 37};
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::F16}) {
+    std::vector<uint8_t> bytes = random_weights(type, s.n_in, s.n_out, 77);
+    SPARROW_CUDA_CHECK(cudaHostRegister(bytes.data(), bytes.size(), cudaHostRegisterMapped | cudaHostRegisterReadOnly));
+    void* mapped = nullptr;
+    SPARROW_CUDA_CHECK(cudaHostGetDevicePointer(&mapped, bytes.data(), 0));
+    DeviceBuffer<uint8_t> w_dev(bytes);
+    for (int64_t n_tokens : {3, 40}) {
+      DeviceBuffer<float> x_dev(random_activations(s.n_in * n_tokens, 78));
+      DeviceBuffer<float> from_device(size_t(n_tokens * s.n_out)), from_host(size_t(n_tokens * s.n_out));
+      from_device.poison();
+      from_host.poison();
+      matmul(ctx, WeightMatrix{type, w_dev.get(), s.n_in, s.n_out}, x_dev.get(), n_tokens, from_device.get());
+      matmul(ctx, WeightMatrix{type, mapped, s.n_in, s.n_out}, x_dev.get(), n_tokens, from_host.get());
+      stream.sync();
+      const auto a = from_device.read(), b = from_host.read();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0)
+          << name_of(type) << " tokens=" << n_tokens;
+      EXPECT_FALSE(std::isnan(a[0])) << name_of(type) << " tokens=" << n_tokens;
+    }
+    SPARROW_CUDA_CHECK(cudaHostUnregister(bytes.data()));
+  }
+}
+
+TEST(CudaMatmul, RejectsBadShapesAndTypes) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  DeviceBuffer<uint8_t> bytes(1 << 16);
+  DeviceBuffer<float> x(4096), y(4096);
+  auto product = [&](TensorType type, int64_t n_in, int64_t n_out, const void* data) {
+    matmul(ctx, WeightMatrix{type, data, n_in, n_out}, x.get(), 1, y.get());
+  };
+  EXPECT_THROW(product(TensorType::Q4_K, 100, 2, bytes.get()), Error);   // not whole super-blocks
+  EXPECT_THROW(product(TensorType::Q2_K, 256, 1, bytes.get()), Error);   // not a supported format
+  EXPECT_THROW(product(TensorType::F16, 12, 1, bytes.get()), Error);     // not whole runs of 8
+  EXPECT_THROW(product(TensorType::Q8_0, 32, 1, nullptr), Error);
+  EXPECT_THROW(product(TensorType::F32, 8, 1, bytes.get() + 1), Error);  // f32 data must be 4-byte aligned
+  EXPECT_THROW(matmul(ctx, WeightMatrix{TensorType::Q8_0, bytes.get(), 32, 1}, x.get(), -1, y.get()), Error);
+}
+
+// Row gathers decode with the reference's arithmetic (weight_blocks.h on both sides), so they are exact: the
+// GPU's rows equal dequantize_row's bit for bit, times the scale (one float product on both sides).
+TEST(CudaGetRows, EqualsDequantizeRowTimesScaleBitForBit) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const Shape s{2560, 41};
+  const std::vector<int32_t> ids = {0, 40, 7, 7, 13};
+  for (const formats::WeightFormat& format : formats::kWeightFormats) {
+    const auto bytes = random_weights(format.type, s.n_in, s.n_out, 11);
+    const auto w = dequantized(format.type, bytes, s.n_in, s.n_out);
+    DeviceBuffer<uint8_t> w_dev(bytes);
+    DeviceBuffer<int32_t> ids_dev(ids);
+    for (float scale : {1.0f, 50.596443f}) {
+      DeviceBuffer<float> out(ids.size() * size_t(s.n_in));
+      out.poison();
+      get_rows(ctx, WeightMatrix{format.type, w_dev.get(), s.n_in, s.n_out}, ids_dev.get(), int64_t(ids.size()),
+               scale, out.get());
+      stream.sync();
+      const auto got = out.read();
+      int64_t mismatches = 0;
+      for (size_t r = 0; r < ids.size(); ++r) {
+        for (int64_t i = 0; i < s.n_in; ++i) {
+          const float want = scale * w[size_t(ids[r] * s.n_in + i)];
+          const float have = got[r * size_t(s.n_in) + size_t(i)];
+          if (std::bit_cast<uint32_t>(want) != std::bit_cast<uint32_t>(have) && mismatches++ < 5) {
+            ADD_FAILURE() << name_of(format.type) << " scale " << scale << " id " << ids[r] << " element " << i
+                          << ": got " << have << ", want " << want;
+          }
+        }
+      }
+      std::printf("get_rows %-5s scale=%g mismatching elements: %lld\n", name_of(format.type).c_str(), scale,
+                  (long long)mismatches);
+    }
+  }
+}
+
+TEST(CudaGetRows, OutOfRangeIdsComeOutNaNAndBadShapesThrow) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const Shape s{256, 3};
+  const auto bytes = random_weights(TensorType::Q6_K, s.n_in, s.n_out, 5);
+  DeviceBuffer<uint8_t> w_dev(bytes);
+  DeviceBuffer<int32_t> ids(std::vector<int32_t>{1, 3, -1});
+  DeviceBuffer<float> out(3 * size_t(s.n_in));
+  out.poison();
+  const WeightMatrix w{TensorType::Q6_K, w_dev.get(), s.n_in, s.n_out};
+  get_rows(ctx, w, ids.get(), 3, 1.0f, out.get());
+  stream.sync();
+  const auto got = out.read();
+  for (int64_t i = 0; i < s.n_in; ++i) {
+    ASSERT_FALSE(std::isnan(got[size_t(i)])) << "row of id 1, element " << i;
+    ASSERT_TRUE(std::isnan(got[size_t(s.n_in + i)])) << "row of id 3 (out of range), element " << i;
+    ASSERT_TRUE(std::isnan(got[size_t(2 * s.n_in + i)])) << "row of id -1, element " << i;
+  }
+  EXPECT_THROW(get_rows(ctx, WeightMatrix{TensorType::Q6_K, w_dev.get(), 100, 3}, ids.get(), 1, 1.0f, out.get()),
+               Error);
+  EXPECT_THROW(get_rows(ctx, WeightMatrix{TensorType::IQ2_XXS, w_dev.get(), 256, 3}, ids.get(), 1, 1.0f, out.get()),
+               Error);
+}
+
+}  // namespace
+}  // namespace sparrow::cuda
