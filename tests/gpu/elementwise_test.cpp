@@ -2,6 +2,7 @@
 // written here from each op's definition (src/ops/backend.h), on random inputs from fixed seeds. Outputs are
 // poisoned with NaN before every op, so an element the kernel skips shows up.
 #include <gtest/gtest.h>
+#include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -347,18 +348,22 @@ TEST(CudaWeightStore, UploadsMatricesAndVectorsOnceAndCountsTheirBytes) {
   EXPECT_NE(text.find("of weights"), std::string::npos) << text;
 }
 
-// Host-resident weights: two matrices in a read-only mapping (as a GGUF file is mapped) sharing a page; kernels
-// read them in place over the bus.
-TEST(CudaWeightStore, MapsReadOnlyHostPagesForKernels) {
+// Host-resident weights: two matrices sharing a page of a read-only, private file mapping (as the GGUF reader
+// maps a model); kernels read them in place over the bus.
+TEST(CudaWeightStore, MapsReadOnlyFilePagesForKernels) {
   SPARROW_REQUIRE_GPU();
   const size_t page = size_t(sysconf(_SC_PAGESIZE));
   const size_t mapping_bytes = 6 * page;
-  void* mapping = mmap(nullptr, mapping_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(mapping, MAP_FAILED);
-  auto* floats = static_cast<float*>(mapping);
   const std::vector<float> values = random_floats(mapping_bytes / 4, 51);
-  std::memcpy(floats, values.data(), mapping_bytes);
-  ASSERT_EQ(mprotect(mapping, mapping_bytes, PROT_READ), 0);
+  char path[] = "/tmp/sparrow-weight-store-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(write(fd, values.data(), mapping_bytes), ssize_t(mapping_bytes));
+  void* mapping = mmap(nullptr, mapping_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+  close(fd);
+  unlink(path);
+  ASSERT_NE(mapping, MAP_FAILED);
+  const auto* floats = static_cast<const float*>(mapping);
   const int64_t n_in = 100;
   const int64_t first_rows = int64_t(page / 4 / n_in) + 3;  // ends inside the next page...
   const float* first = floats + 17;
