@@ -31,6 +31,7 @@ struct KvConfig {
 
 struct BenchOptions {
   std::string model_path;
+  DeviceOptions device;
   int32_t threads = 0;
   int32_t n_batch = 512;
   std::vector<int32_t> prompt_sizes{512};
@@ -294,6 +295,7 @@ void write_json(const std::string& path, const BenchOptions& o, const std::strin
 
 void add_options(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("-m,--model", o.model_path, "GGUF model file (default: Gemma 3 270M from its pip package)");
+  add_device_options(cmd, o.device);
   cmd.add_option("-t,--threads", o.threads, "worker threads (0: all cores)");
   cmd.add_option("-b,--batch-size", o.n_batch, "tokens per forward pass during prompt processing");
   cmd.add_option("-p,--n-prompt", o.prompt_sizes, "prompt sizes (pp tests)")->delimiter(',');
@@ -321,8 +323,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     o->threads = checked_threads(o->threads);
     const std::vector<Test> all_tests = tests(*o);
     const std::vector<KvConfig> configs = kv_configs(*o);
-    const std::string model_path = resolve_model_path(o->model_path);
-    LoadedModel m(model_path);
+    LoadedModel m(o->model_path, o->device);
     check_configs_open(m.model, *o, configs);
 
     std::vector<Result> results;
@@ -331,7 +332,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       std::vector<Result> rows = bench_config(m.model, *o, all_tests, kv);
       results.insert(results.end(), rows.begin(), rows.end());
     }
-    if (!o->json_path.empty()) write_json(o->json_path, *o, model_path, m.model, results);
+    if (!o->json_path.empty()) write_json(o->json_path, *o, m.path, m.model, results);
     exit_code = 0;
   });
 }

@@ -15,6 +15,7 @@
 namespace sparrow::tools {
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
+  add_device_options(cmd, o.device);
   cmd.add_option("-m,--model", o.model_path, "GGUF model file (default: Gemma 3 270M from its pip package)");
   cmd.add_option("-t,--threads", o.threads, "worker threads (0: all cores)");
   cmd.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (0: min(training context, 4096))");
@@ -91,11 +92,29 @@ void progress_bar(float fraction, void*) {
 }
 }  // namespace
 
-LoadedModel::LoadedModel(const std::string& path) {
-  const bool terminal = isatty(STDERR_FILENO);
-  model = sparrow_model_load(path.c_str(), terminal ? progress_bar : nullptr, nullptr);
+void add_device_options(CLI::App& cmd, DeviceOptions& o) {
+  cmd.add_option("--device", o.device, "where the model runs: cpu or cuda (default: cuda when -ngl > 0)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd.add_option("--n-gpu-layers", o.n_gpu_layers,
+                 "(-ngl) layers whose weights go to GPU memory (99: all; default: all with --device cuda)");
+}
+
+LoadedModel::LoadedModel(const std::string& requested_path, const DeviceOptions& d) {
+  if (d.n_gpu_layers < -1) throw Error("-ngl " + std::to_string(d.n_gpu_layers) + ": expected 0 or more");
+  sparrow_model_params params = sparrow_model_default_params();
+  const std::string device = !d.device.empty() ? d.device : d.n_gpu_layers > 0 ? "cuda" : "cpu";
+  if (device == "cpu" && d.n_gpu_layers > 0)
+    throw Error("-ngl " + std::to_string(d.n_gpu_layers) + " needs a GPU: add --device cuda");
+  if (const char* reason = sparrow_device_unavailable_reason(device.c_str()))
+    throw DeviceUnavailable("--device " + device + ": " + reason);
+  params.device = device.c_str();
+  params.n_gpu_layers = device == "cuda" && d.n_gpu_layers < 0 ? 99 : std::max(d.n_gpu_layers, 0);
+  params.progress = isatty(STDERR_FILENO) ? progress_bar : nullptr;
+  path = resolve_model_path(requested_path);
+  model = sparrow_model_load_with_params(path.c_str(), params);
   if (!model) throw Error(sparrow_last_error());
   std::cerr << "model: " << sparrow_model_describe(model) << "\n";
+  std::cerr << "device: " << sparrow_model_placement(model) << "\n";
 }
 LoadedModel::~LoadedModel() { sparrow_model_free(model); }
 
@@ -169,11 +188,11 @@ std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vect
   stats.prompt_tokens += int32_t(prompt.size());
   stats.prompt_seconds += seconds_since(t0);
 
-  const int32_t n_vocab = sparrow_model_n_vocab(model);
   std::string text, pending;
   t0 = std::chrono::steady_clock::now();
   for (int32_t i = 0; n_predict < 0 || i < n_predict; ++i) {
-    sparrow_token token = sparrow_sample(sampler, sparrow_get_logits(ctx, -1), n_vocab);
+    const sparrow_token token = sparrow_sample_next(ctx, sampler);
+    if (token < 0) throw Error(sparrow_last_error());
     if (sparrow_token_is_end_of_generation(model, token)) break;
     pending += token_piece(model, token);
     const size_t ready = complete_utf8_prefix(pending);
@@ -203,6 +222,7 @@ std::vector<std::string> normalize_arguments(int argc, char** argv) {
     std::string a = argv[i];
     if (a == "-ctk") a = "--cache-type-k";
     else if (a == "-ctv") a = "--cache-type-v";
+    else if (a == "-ngl") a = "--n-gpu-layers";
     args.push_back(a);
   }
   return args;

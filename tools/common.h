@@ -6,11 +6,24 @@
 #include <vector>
 
 #include "sparrow/sparrow.h"
+#include "util/error.h"
 
 namespace sparrow::tools {
 
+// Where the model runs: --device cpu|cuda and -ngl (llama.cpp's --n-gpu-layers).
+struct DeviceOptions {
+  std::string device;         // "" : cuda when -ngl > 0, else cpu
+  int32_t n_gpu_layers = -1;  // -1: all layers on cuda, none on cpu
+};
+
+// The device named cannot be used here (no GPU, or a build without CUDA): the tools exit with status 2.
+struct DeviceUnavailable : Error {
+  using Error::Error;
+};
+
 struct ModelOptions {
   std::string model_path;
+  DeviceOptions device;
   int32_t threads = 0;
   int32_t n_ctx = 0;
   int32_t n_batch = 512;
@@ -28,6 +41,7 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
+void add_device_options(CLI::App& cmd, DeviceOptions& o);
 void add_model_options(CLI::App& cmd, ModelOptions& o);
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
 
@@ -47,9 +61,12 @@ void check_fits_context(sparrow_context* ctx, size_t n_tokens);
 std::string resolve_model_path(const std::string& requested);
 
 // RAII owners of C API handles. Constructors throw sparrow::Error with sparrow_last_error().
+// Loads the model -m names (resolve_model_path) on the device the options name, printing the model and where
+// its weights went; throws DeviceUnavailable, before looking for the model, when that device cannot be used.
 struct LoadedModel {
-  explicit LoadedModel(const std::string& path);
+  LoadedModel(const std::string& requested_path, const DeviceOptions& device);
   ~LoadedModel();
+  std::string path;  // the file loaded
   sparrow_model* model;
 };
 struct Context {

@@ -31,6 +31,9 @@ typedef struct sparrow_model_params {
 } sparrow_model_params;
 
 sparrow_model_params sparrow_model_default_params(void);
+/* NULL when this build and machine can run on `device` ("cpu", "cuda"); otherwise one line saying why (no GPU,
+ * a build without CUDA, an unknown device). The string is static or thread-local. */
+const char* sparrow_device_unavailable_reason(const char* device);
 /* NULL on error: unreadable or invalid file, unknown device, or a device this build or machine cannot use. */
 sparrow_model* sparrow_model_load_with_params(const char* path, sparrow_model_params params);
 /* sparrow_model_load_with_params with the default params (CPU) and this progress callback. */
@@ -108,6 +111,10 @@ sparrow_sampler_params sparrow_sampler_default_params(void);
 sparrow_sampler* sparrow_sampler_new(sparrow_sampler_params params);
 void sparrow_sampler_free(sparrow_sampler* sampler);
 sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int32_t n_vocab);
+/* The next token from the last position of the context's last decode, drawn with the sampler on the context's
+ * device: on a GPU only the token id is copied back, not the logits. The same draw as sparrow_sample on those
+ * logits. Returns the id, or -1 (nothing decoded yet). */
+sparrow_token sparrow_sample_next(sparrow_context* ctx, sparrow_sampler* sampler);
 /* argmax, the lowest id on ties. */
 sparrow_token sparrow_sample_greedy(const float* logits, int32_t n_vocab);
 

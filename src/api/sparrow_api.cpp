@@ -64,6 +64,14 @@ sparrow_model_params sparrow_model_default_params(void) {
   return p;
 }
 
+const char* sparrow_device_unavailable_reason(const char* device) {
+  static thread_local std::string reason;
+  const std::optional<sparrow::Device> d = sparrow::parse_device(device ? device : "");
+  reason = d ? sparrow::device_unavailable_reason(*d)
+             : "unknown device '" + std::string(device ? device : "") + "' (expected cpu or cuda)";
+  return reason.empty() ? nullptr : reason.c_str();
+}
+
 sparrow_model* sparrow_model_load_with_params(const char* path, sparrow_model_params params) {
   return guarded<sparrow_model*>(nullptr, [&]() -> sparrow_model* {
     if (!path) throw sparrow::Error("model path is NULL");
@@ -199,6 +207,10 @@ sparrow_sampler* sparrow_sampler_new(sparrow_sampler_params p) {
 void sparrow_sampler_free(sparrow_sampler* sampler) { delete sampler; }
 sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int32_t n_vocab) {
   return sampler->sampler.sample(logits, n_vocab);
+}
+
+sparrow_token sparrow_sample_next(sparrow_context* ctx, sparrow_sampler* sampler) {
+  return guarded<sparrow_token>(-1, [&] { return ctx->session->sample(sampler->sampler); });
 }
 
 sparrow_token sparrow_sample_greedy(const float* logits, int32_t n_vocab) {

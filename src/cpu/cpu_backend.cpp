@@ -142,6 +142,9 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < n_rows; ++r)
       for (int64_t i = 0; i < row_len; ++i) y[r * row_len + i] *= x[r * x_row_stride + i];
   }
+  int32_t sample(const float* logits, int64_t n_vocab, const SamplingParams& params, float u) override {
+    return choose_token(logits, int32_t(n_vocab), params, u, candidates_);
+  }
   void mean_rows(const float* x, int64_t n_rows, int64_t row_len, float* out) override {
     std::vector<double> sum(size_t(row_len), 0.0);
     for (int64_t r = 0; r < n_rows; ++r)
@@ -196,6 +199,7 @@ class CpuBackend final : public Backend {
 
  private:
   cpu::ThreadPool pool_;
+  std::vector<TokenCandidate> candidates_;  // sample()'s scratch
   std::mutex sizes_mutex_;
   std::unordered_map<void*, size_t> sizes_;
 };

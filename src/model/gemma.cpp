@@ -36,7 +36,8 @@ GemmaForward::~GemmaForward() {
   for (float* p : {x_, xn_, block_, q_, k_, v_, attn_, gate_, up_, ple_, ple_tmp_, logits_}) backend_.free_buffer(p);
 }
 
-void GemmaForward::run(const int32_t* tokens, int32_t n, int32_t first_position, bool all_logits, float* logits) {
+void GemmaForward::run(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits,
+                       float* host_logits) {
   if (n <= 0 || n > max_tokens_) throw Error("forward: batch of " + std::to_string(n) + " tokens (max " +
                                              std::to_string(max_tokens_) + ")");
   if (first_position + n > cache_.n_ctx())
@@ -49,9 +50,9 @@ void GemmaForward::run(const int32_t* tokens, int32_t n, int32_t first_position,
   backend_.embed(weights_.token_embd, tokens, n, std::sqrt(float(config_.n_embd)), x_);
   if (config_.n_embd_per_layer > 0) per_layer_inputs(tokens, n);
   for (int32_t il = 0; il < config_.n_layer; ++il) layer(il, n, first_position);
-  if (!logits) return;
-  if (all_logits) output(0, n, logits);
-  else output(n - 1, 1, logits);
+  if (logits == Logits::All && !host_logits) throw Error("forward: every row's logits need a host buffer");
+  if (logits == Logits::All) output(0, n, host_logits);
+  else if (logits == Logits::Last) output(n - 1, 1, host_logits);
 }
 
 // Gemma 4 PLE: pli = (per_layer_token_embd[id] * sqrt(P) + RMSNorm(W_proj e / sqrt(n_embd)) * norm) / sqrt(2),
@@ -151,8 +152,9 @@ void GemmaForward::per_layer_embedding(int32_t il, int32_t n) {
 }
 
 // logits = softcap(token_embd · output_norm(h)), kLogitRows rows at a time so the vocabulary-sized buffer
-// stays small while the output matrix is still read once per chunk, not once per row.
-void GemmaForward::output(int32_t first_row, int32_t n_rows, float* logits) {
+// stays small while the output matrix is still read once per chunk, not once per row. The last chunk's last
+// row is left at the start of logits_ only when it is the sole row (Logits::Last), which is what sampling reads.
+void GemmaForward::output(int32_t first_row, int32_t n_rows, float* host_logits) {
   for (int32_t r = 0; r < n_rows; r += kLogitRows) {
     const int32_t chunk = std::min(kLogitRows, n_rows - r);
     const float* h = x_ + int64_t(first_row + r) * config_.n_embd;
@@ -160,7 +162,7 @@ void GemmaForward::output(int32_t first_row, int32_t n_rows, float* logits) {
     backend_.matmul(weights_.output, xn_, chunk, logits_);
     const int64_t n_out = int64_t(chunk) * config_.n_vocab;
     if (config_.final_softcap > 0) backend_.softcap(logits_, config_.final_softcap, n_out);
-    backend_.read(logits_, logits + int64_t(r) * config_.n_vocab, n_out);
+    if (host_logits) backend_.read(logits_, host_logits + int64_t(r) * config_.n_vocab, n_out);
   }
 }
 

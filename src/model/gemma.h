@@ -19,10 +19,13 @@ class GemmaForward {
   GemmaForward(const GemmaForward&) = delete;
   GemmaForward& operator=(const GemmaForward&) = delete;
 
-  // Runs n tokens at positions first_position.. (their K/V enter the cache). Writes logits of the last
-  // token (n_vocab floats), or of every token ([n][n_vocab]) when all_logits, to host memory; none when
-  // logits is null (prefill chunks that only fill the cache).
-  void run(const int32_t* tokens, int32_t n, int32_t first_position, bool all_logits, float* logits);
+  enum class Logits { None, Last, All };
+  // Runs n tokens at positions first_position.. (their K/V enter the cache) and computes the logits of none
+  // of them (prefill chunks that only fill the cache), the last, or all. They are copied to host_logits
+  // (n_vocab floats per row) when it is not null; All needs it. The last row computed stays in backend
+  // memory (last_logits()) until the next run, so a GPU can sample without copying the vocabulary back.
+  void run(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits, float* host_logits);
+  const float* last_logits() const { return logits_; }
 
  private:
   void per_layer_inputs(const int32_t* tokens, int32_t n);
@@ -30,7 +33,7 @@ class GemmaForward {
   void attention(int32_t il, int32_t n, int32_t first_position);
   void feed_forward(int32_t il, int32_t n);
   void per_layer_embedding(int32_t il, int32_t n);
-  void output(int32_t first_row, int32_t n_rows, float* logits);
+  void output(int32_t first_row, int32_t n_rows, float* host_logits);
   RopeParams rope_params(const LayerConfig& l) const;
 
   Backend& backend_;

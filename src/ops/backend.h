@@ -11,6 +11,7 @@
 #include "formats/kv/kv_codec.h"
 #include "formats/weight_matrix.h"
 #include "gguf/tensor_types.h"
+#include "ops/sampling.h"
 
 namespace sparrow {
 
@@ -86,6 +87,9 @@ class Backend {
   virtual void mul_rows(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) = 0;
   // out[i] = mean over r < n_rows of x[r * row_len + i], for i < row_len (accumulated in double on the CPU).
   virtual void mean_rows(const float* x, int64_t n_rows, int64_t row_len, float* out) = 0;
+  // The token choose_token (ops/sampling.h) picks from n_vocab logits in backend memory for draw u: on a GPU
+  // only the id comes back to the host.
+  virtual int32_t sample(const float* logits, int64_t n_vocab, const SamplingParams& params, float u) = 0;
 
   // Encodes K and V rows ([n_tokens][n_kv_heads][head_dim] floats) for positions first_position.. into kv
   // (minus kv.k_center for keys, when set).

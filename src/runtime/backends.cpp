@@ -37,7 +37,7 @@ std::unique_ptr<WeightStore> make_weight_store(Device device) {
   require(device);
   if (device == Device::Cpu) return make_cpu_weight_store();
 #ifdef SPARROW_HAS_CUDA
-  return cuda::make_cuda_weight_store(0);
+  return make_cuda_weight_store(0);
 #else
   throw Error("unreachable: CUDA requested in a build without it");
 #endif
@@ -47,7 +47,7 @@ std::unique_ptr<Backend> make_backend(Device device, int n_threads) {
   require(device);
   if (device == Device::Cpu) return make_cpu_backend(n_threads);
 #ifdef SPARROW_HAS_CUDA
-  return cuda::make_cuda_backend(0);
+  return make_cuda_backend(0);
 #else
   throw Error("unreachable: CUDA requested in a build without it");
 #endif

@@ -41,18 +41,27 @@ void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {
   if (n_past_ + n > n_ctx())
     throw Error("decode: " + std::to_string(n) + " more tokens do not fit the context (" +
                 std::to_string(n_past_) + " of " + std::to_string(n_ctx()) + " used)");
+  using Logits = GemmaForward::Logits;
   const int64_t n_vocab = model_.config.n_vocab;
-  n_logit_rows_ = all_logits ? n : 1;
-  logits_.resize(size_t(n_logit_rows_) * n_vocab);
+  n_logit_rows_ = 0;
+  if (all_logits) logits_.resize(size_t(n) * n_vocab);
   for (int32_t done = 0; done < n; done += n_batch_) {
     const int32_t chunk = std::min(n_batch_, n - done);
     const bool last_chunk = done + chunk == n;
     // Chunks before the last only fill the KV cache unless every row's logits are wanted.
-    float* out = all_logits ? logits_.data() + done * n_vocab : last_chunk ? logits_.data() : nullptr;
-    forward_->run(tokens + done, chunk, n_past_, all_logits, out);
+    if (all_logits) forward_->run(tokens + done, chunk, n_past_, Logits::All, logits_.data() + done * n_vocab);
+    else forward_->run(tokens + done, chunk, n_past_, last_chunk ? Logits::Last : Logits::None, nullptr);
     n_past_ += chunk;
     furthest_ = std::max(furthest_, n_past_);
   }
+  n_logit_rows_ = all_logits ? n : 1;
+  host_logits_valid_ = all_logits;
+}
+
+int32_t Session::sample(Sampler& sampler) {
+  if (n_logit_rows_ == 0) throw Error("sample: nothing decoded yet");
+  if (host_logits_valid_) return sampler.sample(logits(-1), model_.config.n_vocab);
+  return backend_->sample(forward_->last_logits(), model_.config.n_vocab, sampler.params(), sampler.next_uniform());
 }
 
 void Session::truncate(int32_t n_past) {
@@ -64,12 +73,18 @@ void Session::truncate(int32_t n_past) {
                 std::to_string(n_batch_) + " that the sliding-window rings keep; reset instead");
   n_past_ = n_past;
   n_logit_rows_ = 0;
+  host_logits_valid_ = false;
 }
 
-const float* Session::logits(int32_t i) const {
+const float* Session::logits(int32_t i) {
   if (n_logit_rows_ == 0) throw Error("logits: nothing decoded yet");
   if (i < 0) i = n_logit_rows_ - 1;
   if (i >= n_logit_rows_) throw Error("logits: row " + std::to_string(i) + " was not kept");
+  if (!host_logits_valid_) {
+    logits_.resize(model_.config.n_vocab);
+    backend_->read(forward_->last_logits(), logits_.data(), logits_.size());
+    host_logits_valid_ = true;
+  }
   return logits_.data() + size_t(i) * model_.config.n_vocab;
 }
 

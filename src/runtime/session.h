@@ -8,6 +8,7 @@
 #include "model/gemma.h"
 #include "ops/backend.h"
 #include "runtime/model.h"
+#include "runtime/sampler.h"
 
 namespace sparrow {
 
@@ -25,13 +26,21 @@ class Session {
  public:
   Session(const Model& model, const SessionOptions& options);
 
-  // Appends tokens (split into batches of n_batch) and keeps logits for the last or for all of them.
+  // Appends tokens (split into batches of n_batch) and keeps logits for the last or for all of them. The last
+  // row alone stays in backend memory until logits() or a host-side sampler asks for it.
   void decode(const int32_t* tokens, int32_t n, bool all_logits);
-  const float* logits(int32_t i) const;  // i = -1: last kept row
+  const float* logits(int32_t i);  // i = -1: last kept row; host memory
+  // The next token from the last decode's last row, drawn with `sampler` on the session's backend (on a GPU
+  // only the id is copied back).
+  int32_t sample(Sampler& sampler);
   int32_t n_logit_rows() const { return n_logit_rows_; }
   int32_t n_past() const { return n_past_; }
   int32_t n_ctx() const { return cache_->n_ctx(); }
-  void reset() { n_past_ = 0; furthest_ = 0; n_logit_rows_ = 0; }
+  void reset() {
+    n_past_ = 0;
+    furthest_ = 0;
+    n_logit_rows_ = 0;
+  }
   // Forgets tokens after the first n_past; throws if the sliding-window rings no longer hold what the next
   // token would see (more than n_batch tokens back from the furthest position decoded).
   void truncate(int32_t n_past);
@@ -46,6 +55,7 @@ class Session {
   int32_t n_past_ = 0;
   int32_t furthest_ = 0;  // the highest n_past since the last reset
   int32_t n_logit_rows_ = 0;
+  bool host_logits_valid_ = false;  // logits_ holds the kept rows (else only the backend has the last one)
   std::vector<float> logits_;
 };
 

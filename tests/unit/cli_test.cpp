@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "cli_test_util.h"
+#include "sparrow/sparrow.h"
 
 namespace sparrow::testing {
 namespace {
@@ -214,6 +215,38 @@ TEST(Cli, ChatAnswersEachLineAndKeepsTheConversation) {
   EXPECT_GE(prompts, 3u) << r.out;
   EXPECT_GT(r.out.size(), 12u) << r.out;
   EXPECT_NE(r.err.find("generation: "), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace sparrow::testing
+
+namespace sparrow::testing {
+namespace {
+
+// --device and -ngl on every tool that loads a model: on a machine or build without a usable GPU, asking for
+// one is a one-line error and exit status 2, before anything is loaded.
+TEST(CliDevice, CudaWithoutAGpuExitsWithStatus2) {
+  if (sparrow_device_unavailable_reason("cuda") == nullptr) GTEST_SKIP() << "a GPU is present";
+  for (const std::string& command :
+       {std::string("run -p hi -n 1 --device cuda"), std::string("run -p hi -n 1 -ngl 99"),
+        std::string("chat -ngl 4"), std::string("logits --tokens 2,3 -o /dev/null --device cuda"),
+        std::string("bench -p 8 -n 0 -ngl 99"), std::string("perplexity -c 512 -f /dev/null --device cuda")}) {
+    SCOPED_TRACE(command);
+    const CommandResult r = run_sparrow(command + " -m /nonexistent.gguf");
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    const size_t at = r.err.find("error: --device cuda: ");
+    ASSERT_NE(at, std::string::npos) << r.err;
+    const std::string line = r.err.substr(at);
+    EXPECT_EQ(std::count(line.begin(), line.end(), '\n'), 1) << line;
+  }
+}
+
+TEST(CliDevice, GpuLayersOnTheCpuOrNegativeAreRefused) {
+  expect_clean_failure(run_sparrow("run -m /nonexistent.gguf -p hi -n 1 --device cpu -ngl 4"), "--device cuda");
+  expect_clean_failure(run_sparrow("run -m /nonexistent.gguf -p hi -n 1 -ngl -3"), "-ngl -3");
+  const CommandResult r = run_sparrow("run -m /nonexistent.gguf -p hi -n 1 --device tpu");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.err.find("tpu"), std::string::npos) << r.err;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Sampling and chat formatting.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 #include <vector>
 
@@ -47,6 +48,65 @@ TEST(Sampler, SameSeedSameTokens) {
   std::vector<float> logits = {1.0f, 1.1f, 0.9f, 1.05f, 0.2f};
   Sampler a({0.9f, 0, 1.0f, 0.0f, 42}), b({0.9f, 0, 1.0f, 0.0f, 42});
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(logits.data(), 5), b.sample(logits.data(), 5));
+}
+
+TEST(Sampler, UniformDrawsAreInTheUnitIntervalAndSpreadOverIt) {
+  Sampler s({1.0f, 0, 1.0f, 0.0f, 5});
+  int low = 0;
+  const int n = 10000;
+  for (int i = 0; i < n; ++i) {
+    const float u = s.next_uniform();
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    low += u < 0.25f;
+  }
+  EXPECT_NEAR(double(low) / n, 0.25, 0.02);
+}
+
+TEST(Sampler, EachSampleTakesOneDrawAndPicksItsInverseCdf) {
+  const std::vector<float> logits = {0.3f, 1.2f, -0.4f, 1.0f, 0.9f, -2.0f};
+  const SamplerOptions options{0.7f, 4, 0.9f, 0.02f, 99};
+  Sampler drawing(options), replaying(options);
+  for (int i = 0; i < 200; ++i) {
+    const int32_t expected = replaying.sample_with(logits.data(), 6, replaying.next_uniform());
+    EXPECT_EQ(drawing.sample(logits.data(), 6), expected);
+  }
+}
+
+TEST(Sampler, InverseCdfWalksCandidatesFromTheLargestLogit) {
+  // Probabilities 3/4 (id 1, first in descending order) and 1/4 (id 0): u below 3/4 picks id 1.
+  Sampler s({1.0f, 0, 1.0f, 0.0f, 0});
+  const std::vector<float> logits = {0.0f, std::log(3.0f)};
+  EXPECT_EQ(s.sample_with(logits.data(), 2, 0.0f), 1);
+  EXPECT_EQ(s.sample_with(logits.data(), 2, 0.74f), 1);
+  EXPECT_EQ(s.sample_with(logits.data(), 2, 0.76f), 0);
+  EXPECT_EQ(s.sample_with(logits.data(), 2, 0.999f), 0);
+}
+
+TEST(Sampler, EqualLogitsAreOrderedByIdForTheDraw) {
+  Sampler s({1.0f, 0, 1.0f, 0.0f, 0});
+  const std::vector<float> logits = {2.0f, 5.0f, 5.0f, 5.0f};  // ids 1, 2, 3 share (almost) all the mass
+  EXPECT_EQ(s.sample_with(logits.data(), 4, 0.01f), 1);
+  EXPECT_EQ(s.sample_with(logits.data(), 4, 0.5f), 2);
+  EXPECT_EQ(s.sample_with(logits.data(), 4, 0.98f), 3);
+}
+
+TEST(Sampler, TopPKeepsTheFirstPrefixReachingIt) {
+  // Probabilities 0.5, 0.3, 0.2 in id order 0, 1, 2: top-p 0.7 keeps ids 0 and 1 (0.8 of the mass), so the
+  // largest draw lands on id 1 (weights renormalized over the kept two), never on id 2.
+  Sampler s({1.0f, 0, 0.7f, 0.0f, 0});
+  const std::vector<float> logits = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  EXPECT_EQ(s.sample_with(logits.data(), 3, 0.6f), 0);   // 0.5 / 0.8 = 0.625 of the kept mass is id 0
+  EXPECT_EQ(s.sample_with(logits.data(), 3, 0.65f), 1);
+  EXPECT_EQ(s.sample_with(logits.data(), 3, 0.999f), 1);
+}
+
+TEST(Sampler, BadDrawIsAnError) {
+  Sampler s({1.0f, 0, 1.0f, 0.0f, 0});
+  const std::vector<float> logits = {1.0f, 2.0f};
+  EXPECT_THROW(s.sample_with(logits.data(), 2, 1.0f), Error);
+  EXPECT_THROW(s.sample_with(logits.data(), 2, -0.1f), Error);
+  EXPECT_THROW(s.sample_with(logits.data(), 0, 0.5f), Error);
 }
 
 TEST(ChatFormat, Gemma3TurnsWithSystemFoldedIntoFirstUserTurn) {

@@ -42,6 +42,7 @@ class TableBackend final : public Backend {
   void copy(float*, const float*, int64_t) override { not_here("copy"); }
   void mul_rows(float*, const float*, int64_t, int64_t, int64_t) override { not_here("mul_rows"); }
   void mean_rows(const float*, int64_t, int64_t, float*) override { not_here("mean_rows"); }
+  int32_t sample(const float*, int64_t, const SamplingParams&, float) override { not_here("sample"); }
   void kv_store(const KvLayerView&, const float*, const float*, int64_t, int32_t) override { not_here("kv_store"); }
 
   void attention(const AttentionArgs& args) override {

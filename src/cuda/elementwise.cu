@@ -1,0 +1,324 @@
+// The element-wise and row kernels of the CUDA backend (see elementwise.h for what each computes).
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "cuda/elementwise.h"
+#include "util/error.h"
+
+namespace sparrow::cuda {
+namespace {
+
+constexpr int kElementwiseThreads = 256;
+constexpr int kBlocksPerMultiprocessor = 8;  // enough resident blocks to hide memory latency
+constexpr int kMaxRowThreads = 512;
+
+bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// Blocks for a grid-stride loop over `work` items: one item per thread where that takes few blocks, otherwise
+// as many blocks as the device keeps resident.
+unsigned grid_for(const LaunchTarget& target, int64_t work, int threads) {
+  const int64_t wanted = (work + threads - 1) / threads;
+  const int64_t resident = int64_t(target.multiprocessors) * kBlocksPerMultiprocessor;
+  return unsigned(std::clamp<int64_t>(wanted, 1, resident));
+}
+
+// Threads for a kernel that gives one block to a row of `row_items` (floats or float4s): a whole number of
+// warps, at most kMaxRowThreads.
+int row_threads(int64_t row_items) {
+  const int64_t warps = (row_items + 31) / 32;
+  return int(std::clamp<int64_t>(warps * 32, 32, kMaxRowThreads));
+}
+
+__device__ float4 load4(const float* p, int64_t i) { return reinterpret_cast<const float4*>(p)[i]; }
+__device__ void store4(float* p, int64_t i, float4 v) { reinterpret_cast<float4*>(p)[i] = v; }
+
+// ---- element-wise maps --------------------------------------------------------------------------------------
+
+// y[i] = f(a[i]); y may equal a.
+template <class F>
+struct UnaryMap {
+  float* y;
+  const float* a;
+  F f;
+  __device__ void apply1(int64_t i) const { y[i] = f(a[i]); }
+  __device__ void apply4(int64_t i) const {
+    const float4 v = load4(a, i);
+    store4(y, i, make_float4(f(v.x), f(v.y), f(v.z), f(v.w)));
+  }
+  bool vectorizable() const { return aligned16(y) && aligned16(a); }
+};
+
+// y[i] = f(a[i], b[i]); y may equal a or b.
+template <class F>
+struct BinaryMap {
+  float* y;
+  const float* a;
+  const float* b;
+  F f;
+  __device__ void apply1(int64_t i) const { y[i] = f(a[i], b[i]); }
+  __device__ void apply4(int64_t i) const {
+    const float4 u = load4(a, i), v = load4(b, i);
+    store4(y, i, make_float4(f(u.x, v.x), f(u.y, v.y), f(u.z, v.z), f(u.w, v.w)));
+  }
+  bool vectorizable() const { return aligned16(y) && aligned16(a) && aligned16(b); }
+};
+
+// Float4 items [0, n_vec4), then scalar items [first_scalar, n): the tail of a vectorized map, or all of it.
+template <class Map>
+__global__ void map_kernel(Map map, int64_t n_vec4, int64_t first_scalar, int64_t n) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (int64_t i = start; i < n_vec4; i += stride) map.apply4(i);
+  for (int64_t i = first_scalar + start; i < n; i += stride) map.apply1(i);
+}
+
+template <class Map>
+void launch_map(const LaunchTarget& target, const Map& map, int64_t n) {
+  if (n <= 0) return;
+  const int64_t n_vec4 = map.vectorizable() ? n / 4 : 0;
+  const int64_t first_scalar = 4 * n_vec4;
+  const int64_t work = std::max(n_vec4, n - first_scalar);
+  map_kernel<<<grid_for(target, work, kElementwiseThreads), kElementwiseThreads, 0, target.stream>>>(
+      map, n_vec4, first_scalar, n);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+struct Plus {
+  __device__ float operator()(float a, float b) const { return a + b; }
+};
+struct Times {
+  float s;
+  __device__ float operator()(float a) const { return a * s; }
+};
+struct Softcap {
+  float cap;
+  __device__ float operator()(float a) const { return cap * tanhf(a / cap); }
+};
+
+// gelu through the f16 table (elementwise.h); NaN, the one input outside the table, stays NaN.
+__device__ float gelu_lookup(const uint16_t* table, float x) {
+  if (x <= -kGeluSaturation) return 0.0f;
+  if (x >= kGeluSaturation) return x;
+  const uint16_t code = __half_as_ushort(__float2half_rn(x));
+  const uint32_t magnitude = code & 0x7fffu;
+  if (magnitude > kGeluLastCode) return x;
+  const uint32_t index = (code & 0x8000u) ? kGeluLastCode + 1 + magnitude : magnitude;
+  return __half2float(__ushort_as_half(__ldg(table + index)));
+}
+struct Gelu {
+  const uint16_t* table;
+  __device__ float operator()(float gate) const { return gelu_lookup(table, gate); }
+};
+struct GeluTimes {
+  const uint16_t* table;
+  __device__ float operator()(float gate, float up) const { return gelu_lookup(table, gate) * up; }
+};
+
+// ---- block reductions ---------------------------------------------------------------------------------------
+
+__device__ float warp_sum(float v) {
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// The sum of v over the block (blockDim.x a multiple of 32), as a tree: pairwise within each warp, then over
+// the warps' sums; every thread gets it.
+__device__ float block_sum(float v) {
+  __shared__ float warp_sums[32];
+  __shared__ float total;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  v = warp_sum(v);
+  if (lane == 0) warp_sums[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < int(blockDim.x >> 5) ? warp_sums[lane] : 0.0f;
+    v = warp_sum(v);
+    if (lane == 0) total = v;
+  }
+  __syncthreads();
+  return total;
+}
+
+// ---- row kernels --------------------------------------------------------------------------------------------
+
+// One block per row. Each thread reads its elements twice (sum of squares, then the scaled write), so y may
+// equal x: every element is written by the thread that read it, after the block's reduction.
+template <bool kVec4>
+__global__ void rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* y) {
+  const float* xr = x + int64_t(blockIdx.x) * dim;
+  float* yr = y + int64_t(blockIdx.x) * dim;
+  float squares = 0.0f;
+  if constexpr (kVec4) {
+    for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+      const float4 v = load4(xr, i);
+      squares += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) squares += xr[i] * xr[i];
+  }
+  const float inv = 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
+  if constexpr (kVec4) {
+    for (int64_t i = threadIdx.x; i < dim / 4; i += blockDim.x) {
+      float4 v = load4(xr, i);
+      v = make_float4(v.x * inv, v.y * inv, v.z * inv, v.w * inv);
+      if (weight) {
+        const float4 w = load4(weight, i);
+        v = make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w);
+      }
+      store4(yr, i, v);
+    }
+  } else {
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = weight ? xr[i] * inv * weight[i] : xr[i] * inv;
+  }
+}
+
+// One block per token: the token's angles once in shared memory, then every head's pairs rotated with them.
+// theta_i = position * theta_scale^i is built by repeated float multiplication, as the CPU backend and ggml do,
+// by one thread: a product chain rounds differently from powf, and the difference grows with the position.
+// The rotation uses explicitly rounded products so that no FMA contraction changes the CPU's rounding.
+__global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t half, int32_t first_position,
+                            float theta_scale, float freq_scale, const float* freq_divisors) {
+  extern __shared__ float angles[];  // cos[half], then sin[half]
+  float* cos_t = angles;
+  float* sin_t = angles + half;
+  const int64_t t = blockIdx.x;
+  if (threadIdx.x == 0) {
+    float theta = float(first_position + t);
+    for (int32_t i = 0; i < half; ++i) {
+      cos_t[i] = theta;
+      theta *= theta_scale;
+    }
+  }
+  __syncthreads();
+  for (int32_t i = threadIdx.x; i < half; i += blockDim.x) {
+    const float divisor = freq_divisors ? freq_divisors[i] : 1.0f;
+    const float angle = freq_scale * (cos_t[i] / divisor);
+    sincosf(angle, &sin_t[i], &cos_t[i]);
+  }
+  __syncthreads();
+  float* token = x + t * n_heads * int64_t(head_dim);
+  for (int32_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+    const int32_t h = e / half, i = e % half;
+    float* v = token + int64_t(h) * head_dim;
+    const float a = v[i], b = v[i + half], c = cos_t[i], s = sin_t[i];
+    v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
+    v[i + half] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+  }
+}
+
+// blockIdx.y strides over rows, the x dimension over the row (float4 items when kVec4).
+template <bool kVec4>
+__global__ void mul_rows_kernel(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) {
+  const int64_t items = kVec4 ? row_len / 4 : row_len;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {
+    float* yr = y + r * row_len;
+    const float* xr = x + r * x_row_stride;
+    for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < items; i += stride) {
+      if constexpr (kVec4) {
+        const float4 a = load4(yr, i), b = load4(xr, i);
+        store4(yr, i, make_float4(a.x * b.x, a.y * b.y, a.z * b.z, a.w * b.w));
+      } else {
+        yr[i] *= xr[i];
+      }
+    }
+  }
+}
+
+// A block of kMeanColumns x kMeanRowGroups threads covers kMeanColumns adjacent columns (coalesced reads); its
+// row groups sum interleaved rows in double, then one thread per column adds the groups in order.
+constexpr int kMeanColumns = 32;
+constexpr int kMeanRowGroups = 8;
+__global__ void mean_rows_kernel(const float* x, int64_t n_rows, int64_t row_len, float* out) {
+  __shared__ double partial[kMeanRowGroups][kMeanColumns];
+  const int64_t column = int64_t(blockIdx.x) * kMeanColumns + threadIdx.x;
+  double sum = 0.0;
+  if (column < row_len)
+    for (int64_t r = threadIdx.y; r < n_rows; r += kMeanRowGroups) sum += x[r * row_len + column];
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && column < row_len) {
+    double total = 0.0;
+    for (int g = 0; g < kMeanRowGroups; ++g) total += partial[g][threadIdx.x];
+    out[column] = float(total / double(n_rows));
+  }
+}
+
+}  // namespace
+
+void rms_norm(const LaunchTarget& target, const float* x, const float* weight, int64_t n_rows, int64_t dim,
+              float eps, float* y) {
+  if (n_rows <= 0) return;
+  if (dim <= 0) throw Error("rms_norm: row length " + std::to_string(dim) + " is not positive");
+  const bool vec4 = dim % 4 == 0 && aligned16(x) && aligned16(y) && (!weight || aligned16(weight));
+  const int threads = row_threads(vec4 ? dim / 4 : dim);
+  if (vec4) rms_norm_kernel<true><<<unsigned(n_rows), threads, 0, target.stream>>>(x, weight, dim, eps, y);
+  else rms_norm_kernel<false><<<unsigned(n_rows), threads, 0, target.stream>>>(x, weight, dim, eps, y);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+          int32_t first_position, const RopeParams& params) {
+  if (params.n_rot <= 0 || params.n_rot % 2 != 0 || params.n_rot > head_dim)
+    throw Error("rope: n_rot " + std::to_string(params.n_rot) + " must be even, positive and at most the head dim " +
+                std::to_string(head_dim));
+  if (n_tokens <= 0 || n_heads <= 0) return;
+  const int32_t half = params.n_rot / 2;
+  // The same float expression as the CPU backend, evaluated on the host, so theta_scale has the same bits.
+  const float theta_scale = std::pow(params.freq_base, -2.0f / float(params.n_rot));
+  const int threads = row_threads(int64_t(n_heads) * half);
+  const size_t shared_bytes = 2 * size_t(half) * sizeof(float);
+  rope_kernel<<<unsigned(n_tokens), threads, shared_bytes, target.stream>>>(
+      x, n_heads, head_dim, half, first_position, theta_scale, params.freq_scale, params.freq_divisors);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+void gelu_mul(const LaunchTarget& target, const uint16_t* gelu_table, const float* gate, const float* up, int64_t n,
+              float* y) {
+  if (up) launch_map(target, BinaryMap<GeluTimes>{y, gate, up, GeluTimes{gelu_table}}, n);
+  else launch_map(target, UnaryMap<Gelu>{y, gate, Gelu{gelu_table}}, n);
+}
+
+void add(const LaunchTarget& target, float* y, const float* x, int64_t n) {
+  launch_map(target, BinaryMap<Plus>{y, y, x, Plus{}}, n);
+}
+
+void scale(const LaunchTarget& target, float* y, float s, int64_t n) {
+  launch_map(target, UnaryMap<Times>{y, y, Times{s}}, n);
+}
+
+void softcap(const LaunchTarget& target, float* y, float cap, int64_t n) {
+  if (!(cap > 0.0f)) throw Error("softcap: cap " + std::to_string(cap) + " is not positive");
+  launch_map(target, UnaryMap<Softcap>{y, y, Softcap{cap}}, n);
+}
+
+void mul_rows(const LaunchTarget& target, float* y, const float* x, int64_t n_rows, int64_t row_len,
+              int64_t x_row_stride) {
+  if (n_rows <= 0 || row_len <= 0) return;
+  if (x_row_stride < row_len && n_rows > 1)
+    throw Error("mul_rows: row stride " + std::to_string(x_row_stride) + " is shorter than the row length " +
+                std::to_string(row_len));
+  const bool vec4 = row_len % 4 == 0 && x_row_stride % 4 == 0 && aligned16(y) && aligned16(x);
+  const int64_t items = vec4 ? row_len / 4 : row_len;
+  const int threads = row_threads(items);
+  const dim3 grid(unsigned((items + threads - 1) / threads), unsigned(std::min<int64_t>(n_rows, 65535)));
+  if (vec4) mul_rows_kernel<true><<<grid, threads, 0, target.stream>>>(y, x, n_rows, row_len, x_row_stride);
+  else mul_rows_kernel<false><<<grid, threads, 0, target.stream>>>(y, x, n_rows, row_len, x_row_stride);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+void mean_rows(const LaunchTarget& target, const float* x, int64_t n_rows, int64_t row_len, float* out) {
+  if (n_rows <= 0) throw Error("mean_rows: the mean of " + std::to_string(n_rows) + " rows is undefined");
+  if (row_len <= 0) return;
+  const dim3 block(kMeanColumns, kMeanRowGroups);
+  const unsigned blocks = unsigned((row_len + kMeanColumns - 1) / kMeanColumns);
+  mean_rows_kernel<<<blocks, block, 0, target.stream>>>(x, n_rows, row_len, out);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace sparrow::cuda
