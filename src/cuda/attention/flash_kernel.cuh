@@ -70,7 +70,9 @@ struct SharedLayout {
     k_rows = queries + rows * k_floats;
     v_rows = k_rows + keys * k_stride;
     partial_scores = v_rows + keys * v_floats;
-    weights = partial_scores + rows * slices_per_row(rows, keys) * keys;
+    // rows x slices_per_row(rows) is at most max(rows, thread groups), for every rows up to the CTA's: the last
+    // row block of a call may have fewer rows and more slices, in the same allocation.
+    weights = partial_scores + (rows > kThreads / keys ? rows : kThreads / keys) * keys;
     row_max = weights + rows * keys;
     row_sum = row_max + round4(rows);
     correction = row_sum + round4(rows);
