@@ -6,7 +6,9 @@
 #include <string>
 
 #include "cuda/attention/flash_kernel.cuh"
+#include "cuda/attention/flash_launch.h"
 #include "cuda/attention/row_kernels.cuh"
+#include "cuda/attention/shared_memory.h"
 #include "cuda/cuda_check.h"
 #include "cuda/kv/codecs.cuh"
 #include "util/error.h"
@@ -36,9 +38,9 @@ AttentionContext::~AttentionContext() {
 
 float* AttentionContext::Scratch::reserve(size_t n, cudaStream_t stream) {
   if (n <= size_) return data_;
-  release(stream);
   // Grown by half again, so that a prompt growing token by token does not reallocate every step.
   const size_t size = std::max(n, size_ + size_ / 2);
+  release(stream);
   SPARROW_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&data_), size * sizeof(float), stream));
   size_ = size;
   return data_;
@@ -52,14 +54,6 @@ void AttentionContext::Scratch::release(cudaStream_t stream) {
 }
 
 namespace {
-
-// Kernels that need more than the default 48 KiB of dynamic shared memory must ask for it.
-template <class Kernel>
-void allow_shared_bytes(Kernel kernel, size_t bytes) {
-  constexpr size_t kDefaultLimit = 48 * 1024;
-  if (bytes > kDefaultLimit)
-    SPARROW_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
-}
 
 void check_geometry(const char* op, const KvLayerView& kv) {
   if (!formats::kv_head_dim_supported(kv.head_dim))
@@ -198,14 +192,10 @@ void prepare_queries(const AttentionArgs& a, const flash::Params& p, float* prep
 void run_flash(const AttentionArgs& a, const flash::Params& p, cudaStream_t stream) {
   const int64_t n_ctas = int64_t(p.n_splits) * p.n_row_blocks * a.kv.n_kv_heads;
   const size_t shared = flash::SharedLayout(p.rows_per_cta, p.keys_per_tile, p.k_floats, p.v_floats).bytes();
-  with_device_codec(a.kv.k_codec, [&](auto k) {
-    with_device_codec(a.kv.v_codec, [&](auto v) {
-      constexpr KvCodec K = decltype(k)::value, V = decltype(v)::value;
-      allow_shared_bytes(flash::flash_attention_kernel<K, V>, shared);
-      flash::flash_attention_kernel<K, V><<<unsigned(n_ctas), flash::kThreads, shared, stream>>>(p);
-      SPARROW_CUDA_CHECK_LAUNCH();
-    });
-  });
+  using Launch = void (*)(KvCodec, KvCodec, const flash::Params&, unsigned, size_t, cudaStream_t);
+  static constexpr Launch kLaunch[flash::kShards] = {flash::launch_shard<0>, flash::launch_shard<1>,
+                                                     flash::launch_shard<2>, flash::launch_shard<3>};
+  kLaunch[flash::shard_of(a.kv.k_codec)](a.kv.k_codec, a.kv.v_codec, p, unsigned(n_ctas), shared, stream);
 }
 
 void merge_splits(const AttentionArgs& a, const flash::Params& p, cudaStream_t stream) {
