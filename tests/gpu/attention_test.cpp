@@ -250,6 +250,7 @@ void expect_attention_matches(const Case& c, uint32_t seed) {
 std::vector<Shape> geometry_shapes() {
   std::vector<Shape> shapes;
   for (int32_t depth : {1, 31, 1000, 5000}) shapes.push_back({1, depth});
+  shapes.push_back({3, 2000});  // a few tokens deep in the context: several rows per CTA and a split key range
   for (int64_t tokens : {7, 64, 300})
     for (int32_t first : {0, 93}) shapes.push_back({tokens, first});
   // A ring of window + batch slots, as the KV cache gives sliding layers: position p in slot p % capacity.
@@ -269,7 +270,21 @@ TEST(CudaAttention, GeometryMatchesReference) {
   uint32_t seed = 1;
   for (int d : kHeadDims)
     for (Heads heads : kHeadLayouts)
-      for (const Shape& shape : geometry_shapes()) expect_attention_matches({KvCodec::F16, KvCodec::F16, d, heads, shape}, seed += 3);
+      for (const Shape& shape : geometry_shapes())
+        expect_attention_matches({KvCodec::F16, KvCodec::F16, d, heads, shape}, seed += 3);
+}
+
+// GQA groups that do not divide the 16 rows of a CTA (3), fill it exactly (16), or are wider than it (24: a group
+// spans CTAs, and a CTA's rows span tokens).
+TEST(CudaAttention, WideAndOddGroupsMatchReference) {
+  SPARROW_REQUIRE_GPU();
+  const Heads layouts[] = {{6, 2}, {32, 2}, {24, 1}};
+  const Shape shapes[] = {{1, 1000}, {3, 2000}, {64, 93, 16, 80}, {300, 0}};
+  uint32_t seed = 5;
+  for (int d : {128, 256})
+    for (Heads heads : layouts)
+      for (const Shape& shape : shapes)
+        expect_attention_matches({KvCodec::F16, KvCodec::F16, d, heads, shape}, seed += 3);
 }
 
 // Every codec on the K side and on the V side, at every head dim, in a decode and a ring-buffered prefill.

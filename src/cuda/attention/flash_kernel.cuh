@@ -12,7 +12,7 @@
 //      running max and sum, leaving the tile's weights and the accumulator's rescaling factor;
 //   4. accumulate: each thread owns four consecutive accumulator columns of a few rows, in registers, and adds
 //      the weighted V rows.
-// At the end it writes its unnormalized accumulators and (max, sum) per row; merge_kernel (attention.cu) combines
+// At the end it writes its unnormalized accumulators and (max, sum) per row; merge_kernel (row_kernels.cuh) combines
 // the CTAs that split one row's keys and leaves the V basis. Decode has few rows, so its key range is split over
 // many CTAs (flash-decoding); prefill has many row blocks, and each CTA's key range is clipped to what its rows'
 // masks allow.
@@ -258,7 +258,8 @@ __device__ inline void write_partials(const Params& p, const Work& w, const Owne
   }
   const int rows = int(w.row_end - w.row_begin);
   for (int r = threadIdx.x; r < rows; r += kThreads)
-    p.partial_state[split_rows + output_row(p, w, w.row_begin + r)] = make_float2(smem[s.row_max + r], smem[s.row_sum + r]);
+    p.partial_state[split_rows + output_row(p, w, w.row_begin + r)] =
+        make_float2(smem[s.row_max + r], smem[s.row_sum + r]);
 }
 
 template <formats::KvCodec K, formats::KvCodec V>
