@@ -193,6 +193,7 @@ void run_flash(const AttentionArgs& a, const flash::Params& p, cudaStream_t stre
   const int64_t n_ctas = int64_t(p.n_splits) * p.n_row_blocks * a.kv.n_kv_heads;
   const size_t shared = flash::SharedLayout(p.rows_per_cta, p.keys_per_tile, p.k_floats, p.v_floats).bytes();
   using Launch = void (*)(KvCodec, KvCodec, const flash::Params&, unsigned, size_t, cudaStream_t);
+  static_assert(flash::kShards == 4, "one entry per flash_shard_*.cu");
   static constexpr Launch kLaunch[flash::kShards] = {flash::launch_shard<0>, flash::launch_shard<1>,
                                                      flash::launch_shard<2>, flash::launch_shard<3>};
   kLaunch[flash::shard_of(a.kv.k_codec)](a.kv.k_codec, a.kv.v_codec, p, unsigned(n_ctas), shared, stream);
