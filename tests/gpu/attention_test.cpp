@@ -183,15 +183,11 @@ std::vector<double> reference_attention(const Case& c, const std::vector<float>&
   return out;
 }
 
-// cuda::attention over the given cache bytes.
-std::vector<float> device_attention(const Case& c, const std::vector<float>& q, const HostCache& k,
-                                    const HostCache& v) {
-  Stream stream;
-  DeviceArray<float> q_dev(q), out_dev(q.size());
-  DeviceArray<uint8_t> k_dev(k.bytes), v_dev(v.bytes);
+// The arguments of c's attention call over device buffers.
+AttentionArgs attention_args(const Case& c, const float* q, float* out, void* k, void* v) {
   AttentionArgs args;
-  args.q = q_dev.get();
-  args.out = out_dev.get();
+  args.q = q;
+  args.out = out;
   args.n_tokens = c.shape.n_tokens;
   args.n_heads = c.heads.n_heads;
   args.first_position = c.shape.first_position;
@@ -199,13 +195,22 @@ std::vector<float> device_attention(const Case& c, const std::vector<float>& q, 
   args.scale = c.scale();
   args.kv.k_codec = c.k_codec;
   args.kv.v_codec = c.v_codec;
-  args.kv.k = k_dev.get();
-  args.kv.v = v_dev.get();
+  args.kv.k = k;
+  args.kv.v = v;
   args.kv.capacity = c.capacity();
   args.kv.n_kv_heads = c.heads.n_kv_heads;
   args.kv.head_dim = c.d;
+  return args;
+}
+
+// cuda::attention over the given cache bytes.
+std::vector<float> device_attention(const Case& c, const std::vector<float>& q, const HostCache& k,
+                                    const HostCache& v) {
+  Stream stream;
+  DeviceArray<float> q_dev(q), out_dev(q.size());
+  DeviceArray<uint8_t> k_dev(k.bytes), v_dev(v.bytes);
   sparrow::cuda::AttentionContext ctx(stream.get());
-  sparrow::cuda::attention(ctx, args);
+  sparrow::cuda::attention(ctx, attention_args(c, q_dev.get(), out_dev.get(), k_dev.get(), v_dev.get()));
   stream.sync();
   return out_dev.download();
 }
@@ -221,18 +226,24 @@ double max_abs(const std::vector<double>& x) {
 // output by about 1e-3 of it.
 constexpr double kAttentionTolerance = 5e-5;
 
-void expect_attention_matches(const Case& c, uint32_t seed) {
-  SCOPED_TRACE(c.describe());
-  const int n_kv = c.heads.n_kv_heads;
-  const std::vector<float> keys = random_floats(size_t(c.n_positions()) * n_kv * c.d, seed);
-  const std::vector<float> values = random_floats(size_t(c.n_positions()) * n_kv * c.d, seed + 1);
-  const std::vector<float> q = random_floats(size_t(c.shape.n_tokens) * c.heads.n_heads * c.d, seed + 2);
-  HostCache k(c.k_codec, c.d, n_kv, c.capacity()), v(c.v_codec, c.d, n_kv, c.capacity());
-  k.store(keys, c.n_positions());
-  v.store(values, c.n_positions());
-  const std::vector<double> v_decoded = v.decoded();
-  const std::vector<double> expected = reference_attention(c, q, k.decoded(), v_decoded);
-  const std::vector<float> actual = device_attention(c, q, k, v);
+// A case's inputs: random queries, and a cache of random keys and values encoded by the reference encoders.
+struct Inputs {
+  std::vector<float> q;
+  HostCache k, v;
+
+  Inputs(const Case& c, uint32_t seed)
+      : q(random_floats(size_t(c.shape.n_tokens) * c.heads.n_heads * c.d, seed + 2)),
+        k(c.k_codec, c.d, c.heads.n_kv_heads, c.capacity()),
+        v(c.v_codec, c.d, c.heads.n_kv_heads, c.capacity()) {
+    const size_t n = size_t(c.n_positions()) * c.heads.n_kv_heads * c.d;
+    k.store(random_floats(n, seed), c.n_positions());
+    v.store(random_floats(n, seed + 1), c.n_positions());
+  }
+};
+
+void expect_output_matches(const Case& c, const Inputs& in, const std::vector<float>& actual) {
+  const std::vector<double> v_decoded = in.v.decoded();
+  const std::vector<double> expected = reference_attention(c, in.q, in.k.decoded(), v_decoded);
   const double tolerance = kAttentionTolerance * max_abs(v_decoded);
   ASSERT_TRUE(std::all_of(actual.begin(), actual.end(), [](float x) { return std::isfinite(x); }));
   double worst = 0;
@@ -243,6 +254,12 @@ void expect_attention_matches(const Case& c, uint32_t seed) {
   }
   EXPECT_LE(worst, tolerance) << "at output " << worst_at << " (token " << worst_at / (c.heads.n_heads * c.d)
                               << "): device " << actual[worst_at] << ", reference " << expected[worst_at];
+}
+
+void expect_attention_matches(const Case& c, uint32_t seed) {
+  SCOPED_TRACE(c.describe());
+  const Inputs in(c, seed);
+  expect_output_matches(c, in, device_attention(c, in.q, in.k, in.v));
 }
 
 // Decode (one token) at depths 1, 31, 1000 and 5000, and prefill of 7, 64 and 300 tokens from position 0 and from
@@ -272,6 +289,37 @@ TEST(CudaAttention, GeometryMatchesReference) {
     for (Heads heads : kHeadLayouts)
       for (const Shape& shape : geometry_shapes())
         expect_attention_matches({KvCodec::F16, KvCodec::F16, d, heads, shape}, seed += 3);
+}
+
+// The backend keeps one context per stream: calls of different sizes, queued back to back with no host
+// synchronization, reuse and grow its scratch in stream order.
+TEST(CudaAttention, OneContextServesCallsOfGrowingAndShrinkingSize) {
+  SPARROW_REQUIRE_GPU();
+  const Case cases[] = {{KvCodec::F16, KvCodec::F16, 128, {8, 2}, {1, 31}},
+                        {KvCodec::F16, KvCodec::F32, 256, {8, 1}, {300, 0}},
+                        {KvCodec::F32, KvCodec::F16, 128, {4, 4}, {1, 5000}},
+                        {KvCodec::F16, KvCodec::F16, 64, {8, 2}, {7, 0, 5, 12}}};
+  Stream stream;
+  sparrow::cuda::AttentionContext ctx(stream.get());
+  std::vector<std::unique_ptr<Inputs>> inputs;
+  std::vector<std::unique_ptr<DeviceArray<float>>> queries, outputs;
+  std::vector<std::unique_ptr<DeviceArray<uint8_t>>> caches;
+  uint32_t seed = 41;
+  for (const Case& c : cases) {
+    inputs.push_back(std::make_unique<Inputs>(c, seed += 3));
+    queries.push_back(std::make_unique<DeviceArray<float>>(inputs.back()->q));
+    outputs.push_back(std::make_unique<DeviceArray<float>>(inputs.back()->q.size()));
+    caches.push_back(std::make_unique<DeviceArray<uint8_t>>(inputs.back()->k.bytes));
+    caches.push_back(std::make_unique<DeviceArray<uint8_t>>(inputs.back()->v.bytes));
+  }
+  for (size_t i = 0; i < std::size(cases); ++i)
+    sparrow::cuda::attention(ctx, attention_args(cases[i], queries[i]->get(), outputs[i]->get(),
+                                                 caches[2 * i]->get(), caches[2 * i + 1]->get()));
+  stream.sync();
+  for (size_t i = 0; i < std::size(cases); ++i) {
+    SCOPED_TRACE(cases[i].describe());
+    expect_output_matches(cases[i], *inputs[i], outputs[i]->download());
+  }
 }
 
 // GQA groups that do not divide the 16 rows of a CTA (3), fill it exactly (16), or are wider than it (24: a group
