@@ -1,28 +1,60 @@
 #pragma once
-// KV cache writes and fused attention on the GPU, over every KV codec. Declarations only on this branch: the
-// kernels come from the KV codec and attention work (src/cuda/pending_kernels.cu stands in for them until then
-// and throws).
+// KV-cache writes and fused attention on the GPU: the same semantics as src/cpu/attention.h, reading every KV
+// codec directly through its DeviceCodec (src/cuda/kv/device_codec.cuh). Kernels and launch shapes:
+// docs/cuda.md, section "Attention".
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "ops/backend.h"
 
 namespace sparrow::cuda {
 
-// Per-backend state of the attention kernels (split-context scratch), bound to one stream.
+// Per-stream scratch for attention (prepared queries, split-K partial results), grown on demand with
+// stream-ordered allocations, so that a call never waits for the host.
 class AttentionContext {
  public:
   explicit AttentionContext(cudaStream_t stream);
+  ~AttentionContext();
+  AttentionContext(const AttentionContext&) = delete;
+  AttentionContext& operator=(const AttentionContext&) = delete;
+
+  cudaStream_t stream() const { return stream_; }
+  int multiprocessors() const { return multiprocessors_; }
+  size_t max_shared_bytes() const { return max_shared_bytes_; }  // dynamic shared memory one CTA may opt into
+  // Scratch of at least n floats, valid until the next call of the same function; contents undefined.
+  float* prepared_queries(size_t n) { return prepared_.reserve(n, stream_); }
+  float* partial_accumulators(size_t n) { return partial_acc_.reserve(n, stream_); }
+  float* partial_states(size_t n) { return partial_state_.reserve(n, stream_); }
 
  private:
+  // A device buffer that only grows; the old one is freed in stream order, after the work that used it.
+  class Scratch {
+   public:
+    float* reserve(size_t n, cudaStream_t stream);
+    void release(cudaStream_t stream);
+
+   private:
+    float* data_ = nullptr;
+    size_t size_ = 0;  // floats
+  };
+
   cudaStream_t stream_;
+  int multiprocessors_ = 0;
+  size_t max_shared_bytes_ = 0;
+  Scratch prepared_, partial_acc_, partial_state_;
 };
 
-// Backend::kv_store on device memory: k and v are [n_tokens][n_kv_heads][head_dim] floats.
+// Encodes K and V rows ([n_tokens][n_kv_heads][head_dim], device memory) for positions first_position.. into
+// kv's ring slots (position p in slot p % capacity; of a batch longer than the capacity only the last capacity
+// tokens are stored). When kv.k_center is non-null, the key stored is k - k_center[head] (the center vector,
+// [n_kv_heads][head_dim] in device memory, is set by the KV cache before this call; kv_store only subtracts it).
 void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens, int32_t first_position,
               cudaStream_t stream);
-// Backend::attention on device memory.
+
+// Causal (optionally sliding-window) softmax attention of args.q over args.kv, on ctx's stream; every pointer is
+// device memory. Query head h reads KV head h / (n_heads / n_kv_heads).
 void attention(AttentionContext& ctx, const AttentionArgs& args);
 
 }  // namespace sparrow::cuda

@@ -1,0 +1,6 @@
+// Shard 0 of the fused attention kernel's instances: the K codecs whose shard_of is 0 (flash_launch.h).
+#include "cuda/attention/flash_shard.cuh"
+
+template void sparrow::cuda::flash::launch_shard<0>(sparrow::formats::KvCodec, sparrow::formats::KvCodec,
+                                                     const sparrow::cuda::flash::Params&, unsigned, size_t,
+                                                     cudaStream_t);

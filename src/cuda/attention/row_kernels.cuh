@@ -1,0 +1,90 @@
+#pragma once
+// The per-row kernels around the fused attention: storing K/V rows into the cache, preparing queries, and merging
+// the split-K partial results. Each is one CTA per row: the codecs' encode, prepare_query and finish are
+// block-cooperative (src/cuda/kv/device_codec.cuh) and work on shared memory.
+#include <cstdint>
+
+#include "cuda/kv/device_codec.cuh"
+
+namespace sparrow::cuda::rows {
+
+constexpr int kThreads = 128;
+
+// Row r of src ([n_rows][n_kv_heads][head_dim], rows first_row..) encoded into block (head, slot of its position)
+// of cache; center (null: none) is subtracted first. One CTA per (row, KV head).
+template <formats::KvCodec C>
+__global__ void __launch_bounds__(kThreads)
+    store_kernel(const float* src, const float* center, int64_t first_row, int32_t first_position, int32_t n_kv_heads,
+                 int32_t head_dim, int64_t capacity, int64_t block_bytes, uint8_t* cache) {
+  extern __shared__ float4 smem_quads[];
+  float* x = reinterpret_cast<float*>(smem_quads);
+  float* scratch = x + head_dim;
+  const int64_t row = first_row + blockIdx.x / n_kv_heads;
+  const int32_t head = int32_t(blockIdx.x % n_kv_heads);
+  const float* in = src + (row * n_kv_heads + head) * head_dim;
+  for (int i = threadIdx.x; i < head_dim; i += kThreads)
+    x[i] = center ? in[i] - center[int64_t(head) * head_dim + i] : in[i];
+  __syncthreads();
+  const int64_t slot = (first_position + row) % capacity;
+  DeviceCodec<C>::encode(x, head_dim, cache + (int64_t(head) * capacity + slot) * block_bytes, scratch);
+}
+
+// prepared[row] = scale * prepare_query(q[row]) for each of the n_tokens * n_heads query rows; one CTA per row.
+template <formats::KvCodec K>
+__global__ void __launch_bounds__(kThreads)
+    prepare_query_kernel(const float* q, int32_t head_dim, int32_t prepared_floats, float scale, float* prepared) {
+  extern __shared__ float4 smem_quads[];
+  float* query = reinterpret_cast<float*>(smem_quads);
+  float* out = query + head_dim;
+  float* scratch = out + prepared_floats;
+  const int64_t row = blockIdx.x;
+  for (int i = threadIdx.x; i < head_dim; i += kThreads) query[i] = q[row * head_dim + i];
+  __syncthreads();
+  DeviceCodec<K>::prepare_query(query, head_dim, out, scratch);
+  __syncthreads();
+  for (int i = threadIdx.x; i < prepared_floats; i += kThreads) prepared[row * prepared_floats + i] = scale * out[i];
+}
+
+// out[row] = finish(sum_s e^(m_s - m) acc_s / sum_s e^(m_s - m) l_s): the splits of a row rescaled to their
+// common maximum m, normalized, and taken out of the V basis. One CTA per (token, query head) row. Shared memory:
+// acc [v_floats], result [head_dim], the codec's scratch, then one weight per split.
+template <formats::KvCodec V>
+__global__ void __launch_bounds__(kThreads)
+    merge_kernel(const float* partial_acc, const float2* partial_state, int32_t n_splits, int64_t n_rows,
+                 int32_t head_dim, int32_t v_floats, float* out) {
+  extern __shared__ float4 smem_quads[];
+  float* acc = reinterpret_cast<float*>(smem_quads);
+  float* result = acc + v_floats;
+  float* scratch = result + head_dim;
+  float* split_weight = scratch + DeviceCodec<V>::smem_floats(head_dim);
+  const int64_t row = blockIdx.x;
+  if (threadIdx.x < 32) {
+    float max = -INFINITY;
+    for (int s = threadIdx.x; s < n_splits; s += 32) max = fmaxf(max, partial_state[s * n_rows + row].x);
+    for (int offset = 16; offset > 0; offset /= 2) max = fmaxf(max, __shfl_xor_sync(0xffffffffu, max, offset));
+    float sum = 0;
+    for (int s = threadIdx.x; s < n_splits; s += 32) {
+      const float2 state = partial_state[s * n_rows + row];
+      split_weight[s] = state.y > 0 ? expf(state.x - max) : 0.0f;  // an empty split has max -inf and adds nothing
+      sum += state.y * split_weight[s];
+    }
+    for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    __syncwarp();
+    const float inv_sum = sum > 0 ? 1.0f / sum : 0.0f;
+    for (int s = threadIdx.x; s < n_splits; s += 32) split_weight[s] *= inv_sum;
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < v_floats; i += kThreads) {
+    float total = 0;
+    for (int s = 0; s < n_splits; ++s) {
+      if (split_weight[s] != 0) total += split_weight[s] * partial_acc[(s * n_rows + row) * v_floats + i];
+    }
+    acc[i] = total;
+  }
+  __syncthreads();
+  DeviceCodec<V>::finish(acc, head_dim, result, scratch);
+  __syncthreads();
+  for (int i = threadIdx.x; i < head_dim; i += kThreads) out[row * head_dim + i] = result[i];
+}
+
+}  // namespace sparrow::cuda::rows
