@@ -56,7 +56,7 @@ void upload_projections(DeviceKvTables& t) {
 
 }  // namespace
 
-const DeviceKvTables& device_kv_tables(bool with_projections) {
+DeviceKvTables device_kv_tables(bool with_projections) {
   static std::mutex mutex;
   static std::map<int, DeviceKvTables> per_device;
   int device = 0;

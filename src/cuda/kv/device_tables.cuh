@@ -11,13 +11,15 @@
 // before capturing (binding copies to the device and synchronizes).
 #include <cuda_runtime.h>
 
-#include <array>
+#include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "cuda/cuda_check.h"
 #include "formats/kv/lloyd_max.h"
 #include "formats/kv/polar.h"
+#include "util/error.h"
 
 namespace sparrow::cuda::kv {
 
@@ -35,36 +37,40 @@ struct DeviceKvTables {
   const float* tcq_codebook[2][2];
   const formats::polar::AngleCodebook* polar_angles;  // levels 1..4 at [level - 1]
   // qjl::projection(m, d) at [m / d - 1][head_dim_slot(d)], row-major m x d; null until a codec that sketches
-  // (qjl, tbq3p, tbq4p) is first bound: the 2d x 512 matrix alone takes a second to build on the host.
+  // (qjl, tbq3p, tbq4p) is first bound: building them (Gram-Schmidt in double on the host) is not free.
   const float* qjl_projection[2][kHeadDimSlots];
 };
 
 __host__ __device__ inline int lloyd_max_slot(int n, int bits) { return (n == 64 ? 0 : 4) + bits - 1; }
 
-// The tables of the current device, built and uploaded at the first call (thread-safe; kept for the life of
-// the process). with_projections: the QJL matrices too.
-const DeviceKvTables& device_kv_tables(bool with_projections);
+// The current device's table pointers (a copy), the tables built and uploaded at the first call and kept for
+// the life of the process; thread-safe. with_projections: the QJL matrices too.
+DeviceKvTables device_kv_tables(bool with_projections);
 
 namespace {
 
 __constant__ DeviceKvTables g_device_kv_tables;
 
-// Binds this translation unit's tables on the current device (once per device; again only to add the
-// projections).
+// Binds this translation unit's tables on the current device: once per device (again only to add the
+// projections). After that a call costs a cudaGetDevice and an atomic load.
 [[maybe_unused]] void bind_device_kv_tables(bool with_projections) {
   constexpr int kMaxDevices = 64;
+  static std::atomic<uint64_t> bound{0}, bound_with_projections{0};  // bit i: device i
   static std::mutex mutex;
-  static std::array<uint8_t, kMaxDevices> bound{};  // 1: bound, 2: bound with projections
   int device = 0;
   SPARROW_CUDA_CHECK(cudaGetDevice(&device));
-  const uint8_t wanted = with_projections ? 2 : 1;
+  if (device >= kMaxDevices) throw Error("kv codec tables: device " + std::to_string(device) + " (at most 64)");
+  const uint64_t bit = uint64_t(1) << device;
+  std::atomic<uint64_t>& done = with_projections ? bound_with_projections : bound;
+  if (done.load(std::memory_order_acquire) & bit) return;
   std::lock_guard<std::mutex> lock(mutex);
-  uint8_t& state = bound[size_t(device) % kMaxDevices];
-  if (state >= wanted) return;
-  const DeviceKvTables& tables = device_kv_tables(with_projections);
+  if (done.load(std::memory_order_relaxed) & bit) return;
+  // A table with projections serves every codec; one without them is replaced when a sketching codec comes.
+  const DeviceKvTables tables = device_kv_tables(with_projections);
   SPARROW_CUDA_CHECK(cudaMemcpyToSymbol(g_device_kv_tables, &tables, sizeof tables));
   SPARROW_CUDA_CHECK(cudaDeviceSynchronize());  // a copy from pageable memory may return before it lands
-  state = wanted;
+  bound.fetch_or(bit, std::memory_order_release);
+  if (with_projections) bound_with_projections.fetch_or(bit, std::memory_order_release);
 }
 
 __device__ inline const DeviceKvTables& kv_tables() { return g_device_kv_tables; }
