@@ -10,6 +10,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/kv/device_tables.cuh"
 
@@ -36,6 +37,18 @@ __device__ inline void store_f16(float value, uint8_t* p) {
 // The TurboQuant family's norm field (formats::turboquant::store_norm): saturates at the largest finite half;
 // fminf, like std::fmin, turns NaN into 65504.
 __device__ inline void store_norm(float norm, uint8_t* p) { store_f16(fminf(norm, 65504.0f), p); }
+
+// Calls f(std::integral_constant<int, D>{}) for the head dim d (64, 128, 256 or 512): expand runs once per key
+// and value the attention reads, and with D a constant its divisions and loops are shifts and unrolled code.
+template <class F>
+__device__ inline void with_head_dim(int d, F&& f) {
+  switch (d) {
+    case 64: return f(std::integral_constant<int, 64>{});
+    case 128: return f(std::integral_constant<int, 128>{});
+    case 256: return f(std::integral_constant<int, 256>{});
+    default: return f(std::integral_constant<int, 512>{});
+  }
+}
 
 // ---------------------------------------------------------------------------------------------------------
 // Reductions.

@@ -200,8 +200,21 @@ struct TrellisCodec {
   }
   static __device__ void finish(float* acc, int d, float* out, float* smem) { hadamard_unrotate(acc, d, smem, out); }
   static __device__ void expand(const uint8_t* block, int d, float* row) {
-    for (int i = lane_id(); i < d; i += kWarpSize) row[i] = value(block, d, i);
+    with_head_dim(d, [&](auto head_dim) { expand_fixed<decltype(head_dim)::value>(block, row); });
     __syncwarp();
+  }
+  template <int D>
+  static __device__ void expand_fixed(const uint8_t* block, float* row) {
+    constexpr int n = D < kMaxSubBlock ? D : kMaxSubBlock;
+    const float* cb = codebook(n);
+#pragma unroll
+    for (int s = 0; s < D / n; ++s) {
+      const uint8_t* stream = block + s * stride(D);
+      const float norm = load_f16(stream + stream_bytes(n));
+#pragma unroll
+      for (int t = lane_id(), k = 0; k < n / kWarpSize; ++k, t += kWarpSize)
+        row[s * n + t] = __fmul_rn(norm, cb[state_at(stream, n, t)]);
+    }
   }
 };
 

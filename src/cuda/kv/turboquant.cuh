@@ -92,14 +92,23 @@ struct MseBlock {
 
   // Warp-cooperative: row[0, d) = y^ in the rotated basis.
   static __device__ void expand(const uint8_t* block, int d, float* row) {
-    const int n = sub_block(d);
-    const float centroid = codebook(d).centroids[lane_id() % 16];  // zero past the 2^bits used
-    for (int i = lane_id(); i < d; i += kWarpSize) {  // d is a multiple of 32: every lane shuffles
-      const uint8_t* sub = block + (i / n) * stride(d);
-      const float c = __shfl_sync(kFullWarp, centroid, packed_code(sub + 2, n, kBits, i % n));
-      row[i] = __fmul_rn(load_f16(sub), c);
-    }
+    with_head_dim(d, [&](auto head_dim) { expand_fixed<decltype(head_dim)::value>(block, row); });
     __syncwarp();
+  }
+  template <int D>
+  static __device__ void expand_fixed(const uint8_t* block, float* row) {
+    constexpr int n = D < formats::turboquant::kMaxSubBlock ? D : formats::turboquant::kMaxSubBlock;
+    const float centroid = codebook(D).centroids[lane_id() % 16];  // zero past the 2^bits used
+#pragma unroll
+    for (int s = 0; s < D / n; ++s) {
+      const uint8_t* sub = block + s * stride(D);
+      const float norm = load_f16(sub);
+#pragma unroll
+      for (int e = lane_id(), k = 0; k < n / kWarpSize; ++k, e += kWarpSize) {  // every lane shuffles
+        const float c = __shfl_sync(kFullWarp, centroid, packed_code(sub + 2, n, kBits, e));
+        row[s * n + e] = __fmul_rn(norm, c);
+      }
+    }
   }
 };
 
