@@ -40,7 +40,8 @@ DeviceKvTables upload_codebooks() {
     t.tcq_codebook[i][1] = upload(formats::tcq::scaled_codebook(*trellises[i], 128), size_t(trellises[i]->states()));
   }
   std::vector<formats::polar::AngleCodebook> angles;
-  for (int level = 1; level <= formats::polar::kLevels; ++level) angles.push_back(formats::polar::angle_codebook(level));
+  for (int level = 1; level <= formats::polar::kLevels; ++level)
+    angles.push_back(formats::polar::angle_codebook(level));
   t.polar_angles = upload(angles.data(), angles.size());
   return t;
 }

@@ -48,7 +48,9 @@ struct PolarCodec {
   // ---------------------------------------------------------------------------------------------------------
   // Encode (formats/kv/polar.cpp encode_group), on doubles with every product and sum rounded on its own.
 
-  static __device__ double hypot_unfused(double a, double b) { return sqrt(__dadd_rn(__dmul_rn(a, a), __dmul_rn(b, b))); }
+  static __device__ double hypot_unfused(double a, double b) {
+    return sqrt(__dadd_rn(__dmul_rn(a, a), __dmul_rn(b, b)));
+  }
 
   // Level 1: the cell of the uniform 16-cell quantizer of [0, 2 pi) that holds atan2(b, a); NaN lands in 0.
   static __device__ uint8_t quantize_full_angle(double a, double b) {

@@ -30,7 +30,8 @@ __device__ inline float qjl_estimator_scale(int m) { return float(sqrt(M_PI / 2)
 // projection, x (d floats, shared). flags: m bytes of shared scratch. Ends with a barrier.
 __device__ inline void sketch_signs(const float* x, int m, int d, uint8_t* flags, uint8_t* bits) {
   const float* s = qjl_projection(m, d);
-  for (int i = int(threadIdx.x); i < m; i += int(blockDim.x)) flags[i] = float(ordered_dot(s + size_t(i) * d, x, d)) < 0.0f;
+  for (int i = int(threadIdx.x); i < m; i += int(blockDim.x))
+    flags[i] = float(ordered_dot(s + size_t(i) * d, x, d)) < 0.0f;
   __syncthreads();
   for (int b = int(threadIdx.x); b < m / 8; b += int(blockDim.x)) {
     uint8_t byte = 0;

@@ -61,7 +61,9 @@ struct TrellisCodec {
   static __host__ __device__ int encode_scratch_floats() {
     return 3 * kMaxSubBlock + kMaxWindow + 2 * kStates + kMaxSubBlock * kGroups / 4 + 1;
   }
-  static __host__ __device__ int smem_floats(int d) { return d > encode_scratch_floats() ? d : encode_scratch_floats(); }
+  static __host__ __device__ int smem_floats(int d) {
+    return d > encode_scratch_floats() ? d : encode_scratch_floats();
+  }
 
   struct Scratch {
     float* u;

@@ -42,7 +42,9 @@ __device__ inline uint8_t packed_byte(const uint8_t* codes, int n, int bits, int
 template <int kBits>
 struct MseBlock {
   static __host__ __device__ int sub_block(int d) { return formats::turboquant::sub_block_size(d); }
-  static __host__ __device__ int stride(int d) { return int(formats::turboquant::sub_block_bytes(sub_block(d), kBits)); }
+  static __host__ __device__ int stride(int d) {
+    return int(formats::turboquant::sub_block_bytes(sub_block(d), kBits));
+  }
   static __host__ __device__ int bytes(int d) { return d / sub_block(d) * stride(d); }
   static __device__ const formats::LloydMaxCodebook& codebook(int d) {
     return kv_tables().lloyd_max[lloyd_max_slot(sub_block(d), kBits)];
