@@ -26,10 +26,6 @@ using sparrow::formats::KvCodec;
 using sparrow::formats::kv_codec_info;
 using sparrow::formats::kv_codecs;
 
-// Until the device port of every codec is merged, the CUDA dispatch (src/cuda/kv/codecs.cuh) knows only f32 and
-// f16. Delete this helper and its calls at the merge: every codec must then run.
-bool device_codec_pending_merge(KvCodec codec) { return codec != KvCodec::F32 && codec != KvCodec::F16; }
-
 constexpr int kHeadDims[] = {64, 128, 256, 512};
 
 struct Heads {
@@ -341,7 +337,6 @@ TEST(CudaAttention, EveryCodecMatchesReference) {
   const Shape shapes[] = {{1, 1000}, {64, 93, 16, 80}};
   uint32_t seed = 7;
   for (const auto& info : kv_codecs()) {
-    if (device_codec_pending_merge(info.codec)) continue;
     for (int d : kHeadDims)
       for (const Shape& shape : shapes) {
         expect_attention_matches({info.codec, value_codec_for(info.codec), d, {8, 2}, shape}, seed += 3);
@@ -356,7 +351,7 @@ TEST(CudaAttention, EveryCodecPairMatchesReference) {
   uint32_t seed = 11;
   for (const auto& k : kv_codecs())
     for (const auto& v : kv_codecs()) {
-      if (device_codec_pending_merge(k.codec) || device_codec_pending_merge(v.codec) || v.keys_only) continue;
+      if (v.keys_only) continue;
       expect_attention_matches({k.codec, v.codec, 128, {4, 2}, {5, 40, 0, 0}}, seed += 3);
     }
 }
@@ -442,7 +437,6 @@ TEST(CudaKvStore, WritesReferenceBlocksIntoRingSlots) {
   uint32_t seed = 21;
   for (const auto& info : kv_codecs()) {
     const KvCodec v_codec = value_codec_for(info.codec);
-    if (device_codec_pending_merge(info.codec) || device_codec_pending_merge(v_codec)) continue;
     for (int d : kHeadDims) {
       const size_t n = size_t(n_positions) * n_kv * d;
       const std::vector<float> keys = random_floats(n, seed++, 0.5f), values = random_floats(n, seed++);

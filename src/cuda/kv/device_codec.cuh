@@ -19,8 +19,21 @@
 //   // accumulate(w, block, acc) adds w * row. The fused attention kernels read the cache only through this.
 //   static __device__ void expand(const uint8_t* block, int d, float* row);
 //
-// Constants (codebooks, rotation signs) come from the same tables the references use (formats/kv/*.inc and
-// the seeded generators), made available to device code once, never retyped.
+// Where things live, and when they are visible (refinements of the above, as src/cuda/kv/ implements them):
+//  - encode's x must be in shared memory and is overwritten (rotated in place). Every other input (block, q,
+//    acc) may be in shared or global memory and is only read; every output (block, x, prepared, out, row) may
+//    be in shared or global memory.
+//  - Block-cooperative ops read their inputs at once: the caller synchronizes (__syncthreads) after writing
+//    them. Each op ends with a barrier, so its output is visible to the whole CTA when it returns.
+//  - expand uses warp shuffles: all 32 lanes call it with the same arguments; it ends with __syncwarp.
+//  - f32 blocks are read as floats and f16/bf16 blocks as 16-bit words: such blocks must be 4- and 2-byte
+//    aligned (every block of a cache from cudaMalloc is). Other codecs' blocks may sit at any byte.
+//
+// Constants (codebooks, rotation signs, QJL projections) come from the same tables the references use
+// (formats/kv/*.inc and the seeded generators), uploaded to each device once, never retyped. Device code finds
+// them through a per-translation-unit __constant__ table (device_tables.cuh) that with_device_codec binds
+// before it calls back, so kernels that use DeviceCodec<C> must be launched from inside with_device_codec (or
+// after kv::bind_device_kv_tables(), e.g. before a CUDA graph capture).
 #include <cstdint>
 
 #include "formats/kv/kv_codec.h"

@@ -14,6 +14,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "formats/host_device.h"
+
 namespace sparrow::formats::qjl {
 
 constexpr int kCodecRowsPerDim = 2;  // the qjl codec sketches m = 2d rows
@@ -31,6 +33,8 @@ void project_transposed(const float* v, int m, int d, float* x);
 
 // Sign bits of a sketch: bit i % 8 of byte i / 8 is set when sx[i] < 0 (so a zero projection reads +1).
 void pack_signs(const float* sx, int m, uint8_t* bits);
-inline float sign_at(const uint8_t* bits, int i) { return (bits[i / 8] >> (i % 8)) & 1 ? -1.0f : 1.0f; }
+SPARROW_HOST_DEVICE inline float sign_at(const uint8_t* bits, int i) {
+  return (bits[i / 8] >> (i % 8)) & 1 ? -1.0f : 1.0f;
+}
 
 }  // namespace sparrow::formats::qjl

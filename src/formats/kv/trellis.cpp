@@ -69,12 +69,12 @@ void write_code(const Trellis& tr, uint8_t* stream, int t, uint32_t code) {
 }  // namespace
 
 const Trellis& tcq2_trellis() {
-  static const Trellis t = {"tcq2", 2, 8, kTcq2Codebook};
+  static const Trellis t = {"tcq2", kTcq2Bits.code_bits, kTcq2Bits.state_bits, kTcq2Codebook};
   return t;
 }
 
 const Trellis& tcq3_trellis() {
-  static const Trellis t = {"tcq3", 3, 9, kTcq3Codebook};
+  static const Trellis t = {"tcq3", kTcq3Bits.code_bits, kTcq3Bits.state_bits, kTcq3Codebook};
   return t;
 }
 
@@ -148,8 +148,6 @@ float load_norm(const uint8_t* src) {
   std::memcpy(&h, src, 2);
   return f16_to_f32(h);
 }
-
-int junction_window(int n) { return n / 2 < 32 ? n / 2 : 32; }
 
 void viterbi_path(const Trellis& tr, const float* cb, const float* targets, int count, int start_prefix,
                   int end_prefix, uint32_t* states) {

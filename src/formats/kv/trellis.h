@@ -36,12 +36,22 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "formats/host_device.h"
+
 namespace sparrow::formats::tcq {
 
 inline constexpr int kMaxSubBlock = 128;
 inline constexpr int kMaxHeadDim = 512;
 
-inline int sub_block_size(int d) { return d < kMaxSubBlock ? d : kMaxSubBlock; }
+SPARROW_HOST_DEVICE inline int sub_block_size(int d) { return d < kMaxSubBlock ? d : kMaxSubBlock; }
+
+// k and L of each codec, in a header so that the CUDA kernels (src/cuda/kv/trellis.cuh) share them.
+struct TrellisBits {
+  int code_bits;   // k
+  int state_bits;  // L
+};
+inline constexpr TrellisBits kTcq2Bits = {2, 8};
+inline constexpr TrellisBits kTcq3Bits = {3, 9};
 
 struct Trellis {
   const char* codec;     // "tcq3"
@@ -78,7 +88,7 @@ void store_corrected_norm(float norm, const float* values, int n, uint8_t* dst);
 float load_norm(const uint8_t* src);
 
 // W of the junction pass, which runs over elements n - W..n-1 then 0..W-1: min(32, n / 2).
-int junction_window(int n);
+SPARROW_HOST_DEVICE inline int junction_window(int n) { return n / 2 < 32 ? n / 2 : 32; }
 
 // The Viterbi search over `count` targets (reference). start_prefix / end_prefix: kFree, or p in
 // [0, 2^(L-k)) to require state_{-1} >> k == p (the path starts from state p << k) / state_{count-1} >> k == p.

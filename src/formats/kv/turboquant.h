@@ -17,6 +17,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "formats/host_device.h"
 #include "formats/kv/lloyd_max.h"
 
 namespace sparrow::formats::turboquant {
@@ -24,9 +25,9 @@ namespace sparrow::formats::turboquant {
 constexpr int kMaxSubBlock = 128;
 constexpr int kMaxHeadDim = 512;
 
-inline int sub_block_size(int d) { return d < kMaxSubBlock ? d : kMaxSubBlock; }
-inline size_t code_bytes(int n, int bits) { return size_t(n) * bits / 8; }
-inline size_t sub_block_bytes(int n, int bits) { return 2 + code_bytes(n, bits); }
+SPARROW_HOST_DEVICE inline int sub_block_size(int d) { return d < kMaxSubBlock ? d : kMaxSubBlock; }
+SPARROW_HOST_DEVICE inline size_t code_bytes(int n, int bits) { return size_t(n) * bits / 8; }
+SPARROW_HOST_DEVICE inline size_t sub_block_bytes(int n, int bits) { return 2 + code_bytes(n, bits); }
 
 // Throws sparrow::Error naming the codec unless d is a supported head dim.
 void check_head_dim(const char* codec, int d);
