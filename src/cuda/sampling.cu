@@ -155,7 +155,7 @@ __global__ void gather_candidates(const float* logits, int32_t n, SelectState* s
 
 // One block: bitonic sort, descending, of the gathered keys (padded with 0, which no candidate key equals: the
 // complemented id sets bit 31); the first k become the sorted candidates.
-__global__ void sort_candidates(const SelectState* state, const unsigned long long* candidates, int32_t k,
+__global__ void __launch_bounds__(kSortThreads) sort_candidates(const SelectState* state, const unsigned long long* candidates, int32_t k,
                                 uint32_t* sorted_keys, int32_t* sorted_ids) {
   __shared__ unsigned long long keys[DeviceSampler::kMaxSelected];
   const uint32_t count = min(state->n_gathered, uint32_t(DeviceSampler::kMaxSelected));
@@ -232,8 +232,10 @@ __device__ int32_t first_reaching(PickShared& shared, Value value, int32_t count
 }
 
 // One block over the sorted candidates: the CPU sampler's top-p, min-p, temperature and inverse-CDF draw.
-__global__ void pick_candidate(const uint32_t* sorted_keys, const int32_t* sorted_ids, int32_t n_sorted,
-                               SamplingParams params, float u, unsigned long long* result) {
+// 1024 threads fit only within 64 registers each: the bound tells the compiler so.
+__global__ void __launch_bounds__(kPickThreads)
+    pick_candidate(const uint32_t* sorted_keys, const int32_t* sorted_ids, int32_t n_sorted, SamplingParams params,
+                   float u, unsigned long long* result) {
   __shared__ PickShared shared;
   __shared__ int32_t first_below_min_p;
   const float top = logit_of(sorted_keys[0]);

@@ -29,6 +29,7 @@
 #include "gpu_test_util.h"
 #include "util/error.h"
 #include "verify/fixture.h"
+#include "verify/target.h"
 #include "verify/verify.h"
 
 namespace {
@@ -63,65 +64,11 @@ class DeviceArray {
   T* data_ = nullptr;
 };
 
-// verify::Backend over the device ops: host buffers in, host buffers out. Attention is not a codec op.
-class DeviceCodecBackend : public sparrow::verify::Backend {
- public:
-  std::string name() const override { return "cuda codec ops"; }
-  std::string unavailable_reason() const override { return ""; }
-  bool supports(KvCodec) const override { return true; }
-  void encode(KvCodec codec, int d, const float* x, int n, uint8_t* blocks) override {
-    DeviceArray<float> dx(std::vector<float>(x, x + size_t(n) * d));
-    DeviceArray<uint8_t> db(size_t(n) * block_bytes(codec, d));
-    sparrow::cuda::kv_encode(codec, d, dx.get(), n, db.get(), nullptr);
-    copy_out(db, blocks);
-  }
-  void decode(KvCodec codec, int d, const uint8_t* blocks, int n, float* x) override {
-    DeviceArray<uint8_t> db(std::vector<uint8_t>(blocks, blocks + size_t(n) * block_bytes(codec, d)));
-    DeviceArray<float> dx(size_t(n) * d);
-    sparrow::cuda::kv_decode(codec, d, db.get(), n, dx.get(), nullptr);
-    copy_out(dx, x);
-  }
-  void score(KvCodec codec, int d, const float* queries, int n_queries, const uint8_t* blocks, int n_blocks,
-             float* scores) override {
-    DeviceArray<float> dq(std::vector<float>(queries, queries + size_t(n_queries) * d));
-    DeviceArray<uint8_t> db(std::vector<uint8_t>(blocks, blocks + size_t(n_blocks) * block_bytes(codec, d)));
-    DeviceArray<float> ds(size_t(n_queries) * n_blocks);
-    sparrow::cuda::kv_score(codec, d, dq.get(), n_queries, db.get(), n_blocks, ds.get(), nullptr);
-    copy_out(ds, scores);
-  }
-  void accumulate(KvCodec codec, int d, const float* weights, int n_sequences, const uint8_t* blocks, int n_blocks,
-                  float* acc) override {
-    DeviceArray<float> dw(std::vector<float>(weights, weights + size_t(n_sequences) * n_blocks));
-    DeviceArray<uint8_t> db(std::vector<uint8_t>(blocks, blocks + size_t(n_blocks) * block_bytes(codec, d)));
-    DeviceArray<float> da(size_t(n_sequences) * kv_codec_info(codec).accumulator_floats(d));
-    sparrow::cuda::kv_accumulate(codec, d, dw.get(), n_sequences, db.get(), n_blocks, da.get(), nullptr);
-    copy_out(da, acc);
-  }
-  void finish(KvCodec codec, int d, const float* acc, int n, float* out) override {
-    const size_t af = kv_codec_info(codec).accumulator_floats(d);
-    DeviceArray<float> da(std::vector<float>(acc, acc + size_t(n) * af));
-    DeviceArray<float> dout(size_t(n) * d);
-    sparrow::cuda::kv_finish(codec, d, da.get(), n, dout.get(), nullptr);
-    copy_out(dout, out);
-  }
-  void attention(const sparrow::AttentionArgs&) override {
-    throw sparrow::Error("the codec-op test backend has no attention");
-  }
-
- private:
-  static size_t block_bytes(KvCodec codec, int d) { return kv_codec_info(codec).block_bytes(d); }
-  template <class T>
-  static void copy_out(const DeviceArray<T>& device, T* host) {
-    const std::vector<T> values = device.to_host();
-    std::copy(values.begin(), values.end(), host);
-  }
-};
-
 TEST(CudaKvCodecs, EveryFixtureCellPasses) {
   SPARROW_REQUIRE_GPU();
   const sparrow::verify::Fixtures fixtures = sparrow::verify::load_fixtures(SPARROW_SOURCE_DIR "/tests/fixtures/kv");
-  DeviceCodecBackend backend;
-  const sparrow::verify::Report report = sparrow::verify::run_verify(backend, fixtures);
+  // The same path as `sparrow verify --backend cuda`: the CUDA Backend's batched codec ops.
+  const sparrow::verify::Report report = sparrow::verify::run_verify(sparrow::verify::make_target("cuda"), fixtures);
   const size_t expected_cells = sparrow::formats::kv_codecs().size() * sparrow::verify::kOps.size() *
                                 sparrow::verify::kHeadDims.size();
   EXPECT_EQ(report.cells.size(), expected_cells);
