@@ -5,9 +5,15 @@
 #include <string>
 
 #include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/dispatched_codec.h"
 #include "util/error.h"
 
 namespace sparrow::cpu {
+
+void throw_unsupported_head_dim(std::string_view codec, const char* op, int d) {
+  throw Error("kv codec " + std::string(codec) + " " + op + ": head dim " + std::to_string(d) +
+              " is not supported (expected 64, 128, 256 or 512)");
+}
 
 const formats::KvCodecOps& kv_codec_ops(formats::KvCodec codec) {
   using formats::KvCodec;
