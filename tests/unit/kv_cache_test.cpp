@@ -23,17 +23,18 @@ ModelConfig mixed_config() {
   c.n_layer = 6;
   c.n_heads = 4;
   c.sliding_window = 128;
-  auto layer = [](bool sliding, int32_t d, int32_t kv_heads, int32_t source, bool owns) {
-    LayerConfig l;
-    l.sliding = sliding;
-    l.head_dim = d;
-    l.n_kv_heads = kv_heads;
-    l.owns_kv = owns;
+  const LayerConfig sliding{.sliding = true, .head_dim = 256, .n_kv_heads = 2};
+  const LayerConfig global{.sliding = false, .head_dim = 512, .n_kv_heads = 1};
+  auto own = [](LayerConfig l, int32_t layer) {
+    l.kv_source = layer;
+    return l;
+  };
+  auto shared = [](LayerConfig l, int32_t source) {
+    l.owns_kv = false;
     l.kv_source = source;
     return l;
   };
-  c.layers = {layer(true, 256, 2, 0, true),  layer(true, 256, 2, 1, true),  layer(false, 512, 1, 2, true),
-              layer(true, 256, 2, 3, true),  layer(true, 256, 2, 3, false), layer(false, 512, 1, 2, false)};
+  c.layers = {own(sliding, 0), own(sliding, 1), own(global, 2), own(sliding, 3), shared(sliding, 3), shared(global, 2)};
   return c;
 }
 

@@ -101,7 +101,9 @@ TEST_P(KvCodecRoundTrip, ErrorIsWithinTheCodecsBounds) {
     std::printf("  %s d=%3d: MSE %.5f (target %.4f, %+.1f%%), heavy-tailed %.5f (%+.1f%%)\n", c.name.c_str(), d,
                 gaussian, c.target, 100 * (gaussian / c.target - 1), heavy, 100 * (heavy / c.target - 1));
     EXPECT_LE(gaussian, (1 + c.gaussian_above) * c.target) << "d=" << d;
-    if (c.gaussian_below < 1 && d >= c.lower_bound_from) EXPECT_GE(gaussian, (1 - c.gaussian_below) * c.target) << "d=" << d;
+    if (c.gaussian_below < 1 && d >= c.lower_bound_from) {
+      EXPECT_GE(gaussian, (1 - c.gaussian_below) * c.target) << "d=" << d;
+    }
     EXPECT_LE(heavy, (1 + c.heavy_above) * c.target) << "d=" << d << " (heavy-tailed)";
   }
 }

@@ -32,17 +32,30 @@ namespace qjl = formats::qjl;
 // draws or construction. Checksums are double sums of float entries, compared to 1e-3 (a changed matrix
 // moves them by O(1)), so ulp-level differences of libm between platforms do not trip them.
 TEST(KvQjlProjection, IsPinnedByChecksums) {
-  struct Pin { int m, d; double sum, weighted; float first, second, last; };
-  const Pin pins[] = {
-      {64, 64, -3.248187546e+01, 6.414707468e+01, -7.2182256e-01f, -1.2968458e+00f, 6.4660370e-01f},
-      {128, 64, 2.105169386e+01, -8.068589188e+00, 7.2507471e-01f, -2.9370809e-02f, -3.2248172e-01f},
-      {128, 128, 1.573968524e+02, 1.165246329e+02, 1.2075621e+00f, -5.4992956e-01f, -1.5234777e-01f},
-      {256, 128, 9.639414638e+01, -1.623687175e+01, -1.5908922e+00f, 1.3119700e+00f, -1.0323541e+00f},
-      {256, 256, -1.626323262e+02, -1.906433986e+02, 3.0107641e-01f, 1.2658703e+00f, 6.5488711e-02f},
-      {512, 256, -2.490440912e+02, 3.923723149e+02, 2.4171944e-01f, 3.2732704e-01f, -5.4432023e-01f},
-      {512, 512, -3.035290189e+02, -8.668384271e+01, -5.8710450e-01f, 2.3560496e-01f, 1.8559818e-01f},
-      {1024, 512, -1.005546996e+03, -1.328409632e+02, -8.0387044e-01f, 1.3501077e+00f, -4.6494547e-02f},
+  struct Pin {
+    int m, d;                   // rows and columns of S
+    double sum, weighted;       // sum of the entries, and weighted by ((31 i + 17 j) mod 101 - 50) / 50
+    float first, second, last;  // S[0], S[1] and the last entry, row-major
   };
+  const Pin pins[] = {
+      {.m = 64, .d = 64, .sum = -3.248187546e+01, .weighted = 6.414707468e+01,
+       .first = -7.2182256e-01f, .second = -1.2968458e+00f, .last = 6.4660370e-01f},
+      {.m = 128, .d = 64, .sum = 2.105169386e+01, .weighted = -8.068589188e+00,
+       .first = 7.2507471e-01f, .second = -2.9370809e-02f, .last = -3.2248172e-01f},
+      {.m = 128, .d = 128, .sum = 1.573968524e+02, .weighted = 1.165246329e+02,
+       .first = 1.2075621e+00f, .second = -5.4992956e-01f, .last = -1.5234777e-01f},
+      {.m = 256, .d = 128, .sum = 9.639414638e+01, .weighted = -1.623687175e+01,
+       .first = -1.5908922e+00f, .second = 1.3119700e+00f, .last = -1.0323541e+00f},
+      {.m = 256, .d = 256, .sum = -1.626323262e+02, .weighted = -1.906433986e+02,
+       .first = 3.0107641e-01f, .second = 1.2658703e+00f, .last = 6.5488711e-02f},
+      {.m = 512, .d = 256, .sum = -2.490440912e+02, .weighted = 3.923723149e+02,
+       .first = 2.4171944e-01f, .second = 3.2732704e-01f, .last = -5.4432023e-01f},
+      {.m = 512, .d = 512, .sum = -3.035290189e+02, .weighted = -8.668384271e+01,
+       .first = -5.8710450e-01f, .second = 2.3560496e-01f, .last = 1.8559818e-01f},
+      {.m = 1024, .d = 512, .sum = -1.005546996e+03, .weighted = -1.328409632e+02,
+       .first = -8.0387044e-01f, .second = 1.3501077e+00f, .last = -4.6494547e-02f},
+  };
+
   for (const Pin& p : pins) {
     const float* s = qjl::projection(p.m, p.d);
     double sum = 0, weighted = 0;

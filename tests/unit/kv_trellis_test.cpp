@@ -131,9 +131,18 @@ TEST(KvTrellis, CodebooksArePinned) {
     double sum, sum_squares, weighted;  // weighted: sum of (s + 1) * codebook[s]
   };
   const Pin pins[] = {
-      {tcq::tcq2_trellis(), {-1.60371828f, 1.97011113f, 0.212471798f, -0.820021749f}, -1.213134313, 278.937099170, 436.849692},
-      {tcq::tcq3_trellis(), {0.339884579f, -0.834004164f, -0.0700962991f, 0.864144385f}, 0.089399493, 624.143338334, 2436.048828},
+      {.tr = tcq::tcq2_trellis(),
+       .first = {-1.60371828f, 1.97011113f, 0.212471798f, -0.820021749f},
+       .sum = -1.213134313,
+       .sum_squares = 278.937099170,
+       .weighted = 436.849692},
+      {.tr = tcq::tcq3_trellis(),
+       .first = {0.339884579f, -0.834004164f, -0.0700962991f, 0.864144385f},
+       .sum = 0.089399493,
+       .sum_squares = 624.143338334,
+       .weighted = 2436.048828},
   };
+
   for (const Pin& pin : pins) {
     const tcq::Trellis& tr = pin.tr;
     SCOPED_TRACE(tr.codec);

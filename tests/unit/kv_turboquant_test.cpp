@@ -82,10 +82,10 @@ TEST(KvRotation, IsTheSignedHadamardMatrixAndItsTranspose) {
 // The sign vectors are part of the stored format: a changed seed would silently misread every cache.
 TEST(KvRotation, SignVectorsArePinned) {
   struct Pin { int d; uint64_t in, out; };
-  const Pin pins[] = {{64, 0x0cc7efa449ba2a46ull, 0x6c880aa07353eaf5ull},
-                      {128, 0x1ba751692b7cdbafull, 0x5d9ee36fbc9e28e7ull},
-                      {256, 0x587e7c2d3e068d3dull, 0x8580ccdd220f7438ull},
-                      {512, 0x762b47cbaf2d4f7cull, 0x6fd8e9b0fc58b7c7ull}};
+  const Pin pins[] = {{.d = 64, .in = 0x0cc7efa449ba2a46ull, .out = 0x6c880aa07353eaf5ull},
+                      {.d = 128, .in = 0x1ba751692b7cdbafull, .out = 0x5d9ee36fbc9e28e7ull},
+                      {.d = 256, .in = 0x587e7c2d3e068d3dull, .out = 0x8580ccdd220f7438ull},
+                      {.d = 512, .in = 0x762b47cbaf2d4f7cull, .out = 0x6fd8e9b0fc58b7c7ull}};
   const auto fnv1a_of_signs = [](const float* s, int d) {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < d; ++i) {
@@ -305,8 +305,11 @@ InnerProductStats inner_product_errors(const TbqCodec& c, int d, int pairs, uint
 // pi/(2m) ||q||^2 ||r||^2 with m = d rows, and TurboQuant's theorem 2 puts D_prod at about 0.18/d (3 bits) and
 // 0.047/d (4 bits) for unit vectors; both must hold (orthogonal rows make ours smaller).
 TEST(KvTurboQuant, InnerProductCodecsAreUnbiasedWithThePredictedVariance) {
-  struct Case { int codec; double paper_d_prod; };
-  const Case cases[] = {{3, 0.18}, {4, 0.047}};
+  struct Case {
+    int codec;            // index in kTbqCodecs
+    double paper_d_prod;  // TurboQuant's D_prod * d for unit vectors
+  };
+  const Case cases[] = {{.codec = 3, .paper_d_prod = 0.18}, {.codec = 4, .paper_d_prod = 0.047}};
   for (const Case& cs : cases) {
     const TbqCodec& c = kTbqCodecs[cs.codec];
     for (int d : kHeadDims) {
