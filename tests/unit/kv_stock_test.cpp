@@ -154,12 +154,10 @@ void expect_halves(const KvCodecOps& ops, const KvCodecInfo& info, const std::ve
 TEST(KvStock, F16AndBf16MatchTheIeeeBitPatterns) {
   const auto same = [](float f) { return f; };
   const auto from_bits = [](uint32_t b) { return std::bit_cast<float>(b); };
-  const Stock f16 = stock_codecs()[0];
-  expect_halves(*f16.info.reference, f16.info, kHalfCases, same);
-  for_each_simd_target([&] { expect_halves(f16.optimized, f16.info, kHalfCases, same); });
-  const Stock bf16 = stock_codecs()[1];
-  expect_halves(*bf16.info.reference, bf16.info, kBf16Cases, from_bits);
-  for_each_simd_target([&] { expect_halves(bf16.optimized, bf16.info, kBf16Cases, from_bits); });
+  expect_halves(*f16_codec().reference, f16_codec(), kHalfCases, same);
+  for_each_simd_target([&] { expect_halves(cpu::f16_ops(), f16_codec(), kHalfCases, same); });
+  expect_halves(*bf16_codec().reference, bf16_codec(), kBf16Cases, from_bits);
+  for_each_simd_target([&] { expect_halves(cpu::bf16_ops(), bf16_codec(), kBf16Cases, from_bits); });
 }
 
 TEST(KvStock, HalvesDecodeToTheirValues) {

@@ -1,9 +1,11 @@
 #pragma once
 // How an optimized KV codec reaches the best SIMD target, written once for every codec that uses it. A codec
-// file compiles its kernels once per target (hwy/foreach_target.h), collects them in one CodecKernels table
-// per target and exports a function returning that table; DispatchedCodec turns it into the KvCodecOps and
-// the expand function of cpu_codec_registry.h: each op checks the head dim, then calls the kernel of the
-// target chosen at that moment (tests switch targets between calls).
+// file compiles its kernels once per target (hwy/foreach_target.h), wraps them in CheckedKernels (which checks
+// the head dim, then calls the kernel directly) and exports one function returning the target's CodecKernels
+// table. The registry entries (cpu_codec_registry.h) hand out the table of the target chosen when they are
+// called, so an op call is one indirect call and one direct one, with no dispatch of its own; code that
+// switches targets (tests) asks for the ops again after switching. The checks are compiled for the baseline
+// target, so the kernels they call must not be HWY_INLINE (that forces inlining across targets).
 #include <cstdint>
 #include <string_view>
 
@@ -12,7 +14,7 @@
 
 namespace sparrow::cpu {
 
-// One SIMD target's kernels of one codec. They trust d: DispatchedCodec has checked it.
+// One SIMD target's ops and expand of one codec.
 struct CodecKernels {
   formats::KvCodecOps ops;
   ExpandBlocks expand;
@@ -21,48 +23,44 @@ struct CodecKernels {
 // Throws sparrow::Error "kv codec <codec> <op>: head dim <d> is not supported (expected 64, 128, 256 or 512)".
 [[noreturn]] void throw_unsupported_head_dim(std::string_view codec, const char* op, int d);
 
-// The checked, dispatched ops of the codec kInfo(), whose current target's kernels kKernels() returns.
-template <const formats::KvCodecInfo& (*kInfo)(), const CodecKernels& (*kKernels)()>
-class DispatchedCodec {
- public:
-  static const formats::KvCodecOps& ops() {
-    static constexpr formats::KvCodecOps kOps{encode, decode, prepare_query, score, accumulate, finish};
-    return kOps;
-  }
-
-  static void expand(const uint8_t* blocks, int n, int d, float* rows) {
-    check("expand", d);
-    kKernels().expand(blocks, n, d, rows);
-  }
-
- private:
+// The kernels of the codec kInfo() on one target (they trust d), each behind a head-dim check.
+template <const formats::KvCodecInfo& (*kInfo)(), auto kEncode, auto kDecode, auto kPrepareQuery, auto kScore,
+          auto kAccumulate, auto kFinish, auto kExpand>
+class CheckedKernels {
   static void check(const char* op, int d) {
     if (!formats::kv_head_dim_supported(d)) throw_unsupported_head_dim(kInfo().name, op, d);
   }
   static void encode(const float* x, int d, uint8_t* block) {
     check("encode", d);
-    kKernels().ops.encode(x, d, block);
+    kEncode(x, d, block);
   }
   static void decode(const uint8_t* block, int d, float* x) {
     check("decode", d);
-    kKernels().ops.decode(block, d, x);
+    kDecode(block, d, x);
   }
   static void prepare_query(const float* q, int d, float* prepared) {
     check("prepare_query", d);
-    kKernels().ops.prepare_query(q, d, prepared);
+    kPrepareQuery(q, d, prepared);
   }
   static float score(const float* prepared, const uint8_t* block, int d) {
     check("score", d);
-    return kKernels().ops.score(prepared, block, d);
+    return kScore(prepared, block, d);
   }
   static void accumulate(float w, const uint8_t* block, int d, float* acc) {
     check("accumulate", d);
-    kKernels().ops.accumulate(w, block, d, acc);
+    kAccumulate(w, block, d, acc);
   }
   static void finish(const float* acc, int d, float* out) {
     check("finish", d);
-    kKernels().ops.finish(acc, d, out);
+    kFinish(acc, d, out);
   }
+  static void expand(const uint8_t* blocks, int n, int d, float* rows) {
+    check("expand", d);
+    kExpand(blocks, n, d, rows);
+  }
+
+ public:
+  static constexpr CodecKernels kTable{{encode, decode, prepare_query, score, accumulate, finish}, expand};
 };
 
 }  // namespace sparrow::cpu

@@ -15,8 +15,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/kv/cpu_codec_registry.h"
 #include "cpu/kv/dispatched_codec.h"
 #include "cpu/kv/hadamard-inl.h"
+#include "formats/kv/codec_registry.h"
 #include "formats/kv/kv_codec.h"
 #include "formats/weight_formats.h"
 
@@ -387,27 +389,29 @@ void DequantizeRun(const uint8_t* blocks, int n, int d, float* rows) {
 // ---------------------------------------------------------------------------------------------------------
 // This target's kernels of each stock codec.
 
-template <class Format>
-constexpr CodecKernels kHalfKernels{
-    {HalfEncode<Format>, HalfDecode<Format>, CopyFloats, HalfScore<Format>, HalfAccumulate<Format>, CopyFloats},
-    DequantizeRun<HalfDecode<Format>>};
+template <const fmt::KvCodecInfo& (*kInfo)(), class Format>
+using HalfKernels = CheckedKernels<kInfo, HalfEncode<Format>, HalfDecode<Format>, CopyFloats, HalfScore<Format>,
+                                   HalfAccumulate<Format>, CopyFloats, DequantizeRun<HalfDecode<Format>>>;
 
 // q8_0 and q4_0 work in the Walsh-Hadamard basis: the query enters it and the output row leaves it through W.
-template <void (*Quantize)(const float*, int, uint8_t*), void (*Dequantize)(const uint8_t*, int, float*),
-          float (*Score)(const float*, const uint8_t*, int), void (*Accumulate)(float, const uint8_t*, int, float*)>
-constexpr CodecKernels kHadamardKernels{{HadamardEncode<Quantize>, HadamardDecode<Dequantize>, WalshHadamard, Score,
-                                         Accumulate, WalshHadamard},
-                                        DequantizeRun<Dequantize>};
+template <const fmt::KvCodecInfo& (*kInfo)(), void (*Quantize)(const float*, int, uint8_t*),
+          void (*Dequantize)(const uint8_t*, int, float*), float (*Score)(const float*, const uint8_t*, int),
+          void (*Accumulate)(float, const uint8_t*, int, float*)>
+using HadamardKernels = CheckedKernels<kInfo, HadamardEncode<Quantize>, HadamardDecode<Dequantize>, WalshHadamard,
+                                       Score, Accumulate, WalshHadamard, DequantizeRun<Dequantize>>;
+
+using F32Kernels = CheckedKernels<fmt::f32_codec, F32Encode, F32Decode, CopyFloats, F32Score, F32Accumulate,
+                                  CopyFloats, DequantizeRun<F32Decode>>;
 
 const CodecKernels& StockKernels(fmt::KvCodec codec) {
-  static constexpr CodecKernels kF32Kernels{{F32Encode, F32Decode, CopyFloats, F32Score, F32Accumulate, CopyFloats},
-                                            DequantizeRun<F32Decode>};
   switch (codec) {
-    case fmt::KvCodec::F16: return kHalfKernels<F16Format>;
-    case fmt::KvCodec::BF16: return kHalfKernels<Bf16Format>;
-    case fmt::KvCodec::Q8_0: return kHadamardKernels<Q8_0Encode, Q8_0Decode, Q8_0Score, Q8_0Accumulate>;
-    case fmt::KvCodec::Q4_0: return kHadamardKernels<Q4_0Encode, Q4_0Decode, Q4_0Score, Q4_0Accumulate>;
-    default: return kF32Kernels;
+    case fmt::KvCodec::F16: return HalfKernels<fmt::f16_codec, F16Format>::kTable;
+    case fmt::KvCodec::BF16: return HalfKernels<fmt::bf16_codec, Bf16Format>::kTable;
+    case fmt::KvCodec::Q8_0:
+      return HadamardKernels<fmt::q8_0_codec, Q8_0Encode, Q8_0Decode, Q8_0Score, Q8_0Accumulate>::kTable;
+    case fmt::KvCodec::Q4_0:
+      return HadamardKernels<fmt::q4_0_codec, Q4_0Encode, Q4_0Decode, Q4_0Score, Q4_0Accumulate>::kTable;
+    default: return F32Kernels::kTable;
   }
 }
 
@@ -415,9 +419,6 @@ const CodecKernels& StockKernels(fmt::KvCodec codec) {
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "cpu/kv/cpu_codec_registry.h"
-#include "formats/kv/codec_registry.h"
-
 namespace sparrow::cpu {
 
 HWY_EXPORT(StockKernels);
@@ -426,32 +427,20 @@ namespace {
 
 using formats::KvCodec;
 
-template <KvCodec kCodec>
-const CodecKernels& stock_kernels() {
-  return HWY_DYNAMIC_DISPATCH(StockKernels)(kCodec);
-}
-
-template <KvCodec kCodec, const formats::KvCodecInfo& (*kInfo)()>
-using Stock = DispatchedCodec<kInfo, stock_kernels<kCodec>>;
-
-using F32 = Stock<KvCodec::F32, formats::f32_codec>;
-using F16 = Stock<KvCodec::F16, formats::f16_codec>;
-using Bf16 = Stock<KvCodec::BF16, formats::bf16_codec>;
-using Q8_0 = Stock<KvCodec::Q8_0, formats::q8_0_codec>;
-using Q4_0 = Stock<KvCodec::Q4_0, formats::q4_0_codec>;
+const CodecKernels& stock_kernels(KvCodec codec) { return HWY_DYNAMIC_DISPATCH(StockKernels)(codec); }
 
 }  // namespace
 
-const formats::KvCodecOps& f32_ops() { return F32::ops(); }
-const formats::KvCodecOps& f16_ops() { return F16::ops(); }
-const formats::KvCodecOps& bf16_ops() { return Bf16::ops(); }
-const formats::KvCodecOps& q8_0_ops() { return Q8_0::ops(); }
-const formats::KvCodecOps& q4_0_ops() { return Q4_0::ops(); }
-void f32_expand(const uint8_t* blocks, int n, int d, float* rows) { F32::expand(blocks, n, d, rows); }
-void f16_expand(const uint8_t* blocks, int n, int d, float* rows) { F16::expand(blocks, n, d, rows); }
-void bf16_expand(const uint8_t* blocks, int n, int d, float* rows) { Bf16::expand(blocks, n, d, rows); }
-void q8_0_expand(const uint8_t* blocks, int n, int d, float* rows) { Q8_0::expand(blocks, n, d, rows); }
-void q4_0_expand(const uint8_t* blocks, int n, int d, float* rows) { Q4_0::expand(blocks, n, d, rows); }
+const formats::KvCodecOps& f32_ops() { return stock_kernels(KvCodec::F32).ops; }
+const formats::KvCodecOps& f16_ops() { return stock_kernels(KvCodec::F16).ops; }
+const formats::KvCodecOps& bf16_ops() { return stock_kernels(KvCodec::BF16).ops; }
+const formats::KvCodecOps& q8_0_ops() { return stock_kernels(KvCodec::Q8_0).ops; }
+const formats::KvCodecOps& q4_0_ops() { return stock_kernels(KvCodec::Q4_0).ops; }
+void f32_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::F32).expand(b, n, d, rows); }
+void f16_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::F16).expand(b, n, d, rows); }
+void bf16_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::BF16).expand(b, n, d, rows); }
+void q8_0_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::Q8_0).expand(b, n, d, rows); }
+void q4_0_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::Q4_0).expand(b, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -9,8 +9,10 @@
 
 #include <hwy/highway.h>
 
+#include "cpu/kv/cpu_codec_registry.h"
 #include "cpu/kv/dispatched_codec.h"
 #include "cpu/kv/turboquant-inl.h"
+#include "formats/kv/codec_registry.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::cpu::HWY_NAMESPACE {
@@ -46,47 +48,42 @@ void TbqExpand(const uint8_t* blocks, int n, int d, float* rows) {
   ts::MseExpand<kBits>(blocks, n, d, ts::MseCodebook<kBits>(d), rows);
 }
 
-// Queries enter the rotated basis and output rows leave it.
+// Queries enter the rotated basis and output rows leave it (out of line: CheckedKernels calls them from code
+// compiled for the baseline target).
+void TbqRotate(const float* x, int d, float* y) { ts::Rotate(x, d, y); }
+void TbqUnrotate(const float* y, int d, float* x) { ts::Unrotate(y, d, x); }
+
 template <int kBits>
-constexpr CodecKernels kTbqKernels{
-    {TbqEncode<kBits>, TbqDecode<kBits>, ts::Rotate, TbqScore<kBits>, TbqAccumulate<kBits>, ts::Unrotate},
-    TbqExpand<kBits>};
+constexpr const formats::KvCodecInfo& (*kTbqInfo)() =
+    kBits == 2 ? formats::tbq2_codec : kBits == 3 ? formats::tbq3_codec : formats::tbq4_codec;
+
+template <int kBits>
+using TbqCodecKernels = CheckedKernels<kTbqInfo<kBits>, TbqEncode<kBits>, TbqDecode<kBits>, TbqRotate, TbqScore<kBits>,
+                                       TbqAccumulate<kBits>, TbqUnrotate, TbqExpand<kBits>>;
 
 // This target's kernels of the b-bit codec (b = 2, 3 or 4).
 const CodecKernels& TbqKernels(int bits) {
-  return bits == 2 ? kTbqKernels<2> : bits == 3 ? kTbqKernels<3> : kTbqKernels<4>;
+  return bits == 2 ? TbqCodecKernels<2>::kTable : bits == 3 ? TbqCodecKernels<3>::kTable : TbqCodecKernels<4>::kTable;
 }
 
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "cpu/kv/cpu_codec_registry.h"
-#include "formats/kv/codec_registry.h"
-
 namespace sparrow::cpu {
 
 HWY_EXPORT(TbqKernels);
 
 namespace {
-
-template <int kBits>
-const CodecKernels& tbq_kernels() {
-  return HWY_DYNAMIC_DISPATCH(TbqKernels)(kBits);
-}
-
-using Tbq2 = DispatchedCodec<formats::tbq2_codec, tbq_kernels<2>>;
-using Tbq3 = DispatchedCodec<formats::tbq3_codec, tbq_kernels<3>>;
-using Tbq4 = DispatchedCodec<formats::tbq4_codec, tbq_kernels<4>>;
-
+const CodecKernels& tbq_kernels(int bits) { return HWY_DYNAMIC_DISPATCH(TbqKernels)(bits); }
 }  // namespace
 
-const formats::KvCodecOps& tbq2_ops() { return Tbq2::ops(); }
-const formats::KvCodecOps& tbq3_ops() { return Tbq3::ops(); }
-const formats::KvCodecOps& tbq4_ops() { return Tbq4::ops(); }
-void tbq2_expand(const uint8_t* blocks, int n, int d, float* rows) { Tbq2::expand(blocks, n, d, rows); }
-void tbq3_expand(const uint8_t* blocks, int n, int d, float* rows) { Tbq3::expand(blocks, n, d, rows); }
-void tbq4_expand(const uint8_t* blocks, int n, int d, float* rows) { Tbq4::expand(blocks, n, d, rows); }
+const formats::KvCodecOps& tbq2_ops() { return tbq_kernels(2).ops; }
+const formats::KvCodecOps& tbq3_ops() { return tbq_kernels(3).ops; }
+const formats::KvCodecOps& tbq4_ops() { return tbq_kernels(4).ops; }
+void tbq2_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_kernels(2).expand(blocks, n, d, rows); }
+void tbq3_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_kernels(3).expand(blocks, n, d, rows); }
+void tbq4_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_kernels(4).expand(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

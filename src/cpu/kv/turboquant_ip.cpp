@@ -7,8 +7,10 @@
 
 #include <hwy/highway.h>
 
+#include "cpu/kv/cpu_codec_registry.h"
 #include "cpu/kv/dispatched_codec.h"
 #include "cpu/kv/turboquant-inl.h"
+#include "formats/kv/codec_registry.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::cpu::HWY_NAMESPACE {
@@ -96,41 +98,36 @@ void TbqProdExpand(const uint8_t* blocks, int n, int d, float* rows) {
   }
 }
 
+// The b-bit codec (b = 3 or 4) has a (b-1)-bit MSE part.
 template <int kMseBits>
-constexpr CodecKernels kTbqProdKernels{{TbqProdEncode<kMseBits>, TbqProdDecode<kMseBits>, TbqProdPrepareQuery,
-                                        TbqProdScore<kMseBits>, TbqProdAccumulate<kMseBits>, TbqProdFinish},
-                                       TbqProdExpand<kMseBits>};
+constexpr const formats::KvCodecInfo& (*kTbqProdInfo)() = kMseBits == 2 ? formats::tbq3p_codec : formats::tbq4p_codec;
 
-// This target's kernels of the b-bit codec (b = 3 or 4: a (b-1)-bit MSE part).
-const CodecKernels& TbqProdKernels(int bits) { return bits == 3 ? kTbqProdKernels<2> : kTbqProdKernels<3>; }
+template <int kMseBits>
+using TbqProdCodecKernels =
+    CheckedKernels<kTbqProdInfo<kMseBits>, TbqProdEncode<kMseBits>, TbqProdDecode<kMseBits>, TbqProdPrepareQuery,
+                   TbqProdScore<kMseBits>, TbqProdAccumulate<kMseBits>, TbqProdFinish, TbqProdExpand<kMseBits>>;
+
+// This target's kernels of the b-bit codec (b = 3 or 4).
+const CodecKernels& TbqProdKernels(int bits) {
+  return bits == 3 ? TbqProdCodecKernels<2>::kTable : TbqProdCodecKernels<3>::kTable;
+}
 
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "cpu/kv/cpu_codec_registry.h"
-#include "formats/kv/codec_registry.h"
-
 namespace sparrow::cpu {
 
 HWY_EXPORT(TbqProdKernels);
 
 namespace {
-
-template <int kBits>
-const CodecKernels& tbq_prod_kernels() {
-  return HWY_DYNAMIC_DISPATCH(TbqProdKernels)(kBits);
-}
-
-using Tbq3p = DispatchedCodec<formats::tbq3p_codec, tbq_prod_kernels<3>>;
-using Tbq4p = DispatchedCodec<formats::tbq4p_codec, tbq_prod_kernels<4>>;
-
+const CodecKernels& tbq_prod_kernels(int bits) { return HWY_DYNAMIC_DISPATCH(TbqProdKernels)(bits); }
 }  // namespace
 
-const formats::KvCodecOps& tbq3p_ops() { return Tbq3p::ops(); }
-const formats::KvCodecOps& tbq4p_ops() { return Tbq4p::ops(); }
-void tbq3p_expand(const uint8_t* blocks, int n, int d, float* rows) { Tbq3p::expand(blocks, n, d, rows); }
-void tbq4p_expand(const uint8_t* blocks, int n, int d, float* rows) { Tbq4p::expand(blocks, n, d, rows); }
+const formats::KvCodecOps& tbq3p_ops() { return tbq_prod_kernels(3).ops; }
+const formats::KvCodecOps& tbq4p_ops() { return tbq_prod_kernels(4).ops; }
+void tbq3p_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_prod_kernels(3).expand(blocks, n, d, rows); }
+void tbq4p_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_prod_kernels(4).expand(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE
