@@ -1,9 +1,9 @@
 #pragma once
 // One entry per codec, defined in that codec's optimized file under src/cpu/kv/; cpu_kv_codecs.cpp lists them.
-// <codec>_ops: the codec's optimized ops (for the stock and TurboQuant codecs, those of the SIMD target chosen
-// at the call: cpu/kv/dispatched_codec.h). <codec>_expand: n consecutive blocks (block_bytes(d) apart) -> n rows
-// of query_floats(d) floats, row j = accumulate(1, block j) from zero (cpu_kv_codecs.h, ExpandBlocks); throws
-// sparrow::Error for an unsupported head dim.
+// <codec>_ops: the codec's optimized ops, those of the SIMD target chosen at the call (cpu/kv/dispatched_codec.h).
+// <codec>_expand: n consecutive blocks (block_bytes(d) apart) -> n rows of query_floats(d) floats, row j =
+// accumulate(1, block j) from zero (cpu_kv_codecs.h, ExpandBlocks); throws sparrow::Error for an unsupported
+// head dim.
 #include <cstdint>
 
 #include "formats/kv/kv_codec.h"

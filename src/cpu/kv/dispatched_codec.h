@@ -11,6 +11,7 @@
 
 #include "cpu/kv/cpu_kv_codecs.h"
 #include "formats/kv/kv_codec.h"
+#include "formats/kv/rotation.h"
 
 namespace sparrow::cpu {
 
@@ -62,5 +63,20 @@ class CheckedKernels {
  public:
   static constexpr CodecKernels kTable{{encode, decode, prepare_query, score, accumulate, finish}, expand};
 };
+
+// Encode and decode of a codec that quantizes the rotated vector R x (formats/kv/rotation.h, the shared scalar
+// rotation) with a target's kernel: R x, then the kernel (which may overwrite R x); the kernel, then R^T.
+template <auto kEncodeRotated>
+void encode_rotating(const float* x, int d, uint8_t* block) {
+  float y[formats::kMaxKvHeadDim];
+  formats::hadamard_rotate(x, d, y);
+  kEncodeRotated(y, d, block);
+}
+
+template <void (*kDecodeRotated)(const uint8_t*, int, float*)>
+void decode_rotating(const uint8_t* block, int d, float* x) {
+  kDecodeRotated(block, d, x);
+  formats::hadamard_unrotate(x, d, x);
+}
 
 }  // namespace sparrow::cpu
