@@ -16,7 +16,7 @@
 #include <string>
 #include <vector>
 
-#include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/cpu_kv_codecs.h"
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/kv_codec.h"
 #include "formats/kv/rotation.h"
@@ -28,15 +28,19 @@ namespace {
 struct Stock {
   const char* name;
   const KvCodecInfo& info;
-  const KvCodecOps& optimized;
-  void (*expand)(const uint8_t* blocks, int n, int d, float* rows);  // the optimized basis rows
+  const KvCodecOps& optimized;  // on the SIMD target chosen when stock_codecs() was called
+  cpu::ExpandBlocks expand;     // the optimized basis rows
 };
 
+Stock stock(const KvCodecInfo& info) {
+  return {.name = info.name.data(),
+          .info = info,
+          .optimized = cpu::kv_codec_ops(info.codec),
+          .expand = cpu::kv_expand_blocks(info.codec)};
+}
+
 std::vector<Stock> stock_codecs() {
-  return {{.name = "f16", .info = f16_codec(), .optimized = cpu::f16_ops(), .expand = cpu::f16_expand},
-          {.name = "bf16", .info = bf16_codec(), .optimized = cpu::bf16_ops(), .expand = cpu::bf16_expand},
-          {.name = "q8_0", .info = q8_0_codec(), .optimized = cpu::q8_0_ops(), .expand = cpu::q8_0_expand},
-          {.name = "q4_0", .info = q4_0_codec(), .optimized = cpu::q4_0_ops(), .expand = cpu::q4_0_expand}};
+  return {stock(f16_codec()), stock(bf16_codec()), stock(q8_0_codec()), stock(q4_0_codec())};
 }
 
 using kv_codec_test::CodecCase;
@@ -155,9 +159,9 @@ TEST(KvStock, F16AndBf16MatchTheIeeeBitPatterns) {
   const auto same = [](float f) { return f; };
   const auto from_bits = [](uint32_t b) { return std::bit_cast<float>(b); };
   expect_halves(*f16_codec().reference, f16_codec(), kHalfCases, same);
-  for_each_simd_target([&] { expect_halves(cpu::f16_ops(), f16_codec(), kHalfCases, same); });
+  for_each_simd_target([&] { expect_halves(cpu::kv_codec_ops(KvCodec::F16), f16_codec(), kHalfCases, same); });
   expect_halves(*bf16_codec().reference, bf16_codec(), kBf16Cases, from_bits);
-  for_each_simd_target([&] { expect_halves(cpu::bf16_ops(), bf16_codec(), kBf16Cases, from_bits); });
+  for_each_simd_target([&] { expect_halves(cpu::kv_codec_ops(KvCodec::BF16), bf16_codec(), kBf16Cases, from_bits); });
 }
 
 TEST(KvStock, HalvesDecodeToTheirValues) {
@@ -166,7 +170,7 @@ TEST(KvStock, HalvesDecodeToTheirValues) {
   const std::vector<float> values = {1.0f, 0.333251953125f, 0x1p-24f, -65504.0f, -0.0f};
   std::vector<uint8_t> block(2 * 64, 0);
   for (size_t i = 0; i < halves.size(); ++i) std::memcpy(block.data() + 2 * i, &halves[i], 2);
-  for (const KvCodecOps* ops : {f16_codec().reference, &cpu::f16_ops()}) {
+  for (const KvCodecOps* ops : {f16_codec().reference, &cpu::kv_codec_ops(KvCodec::F16)}) {
     std::vector<float> x(64, 1.0f);
     ops->decode(block.data(), 64, x.data());
     for (size_t i = 0; i < values.size(); ++i)
@@ -176,7 +180,7 @@ TEST(KvStock, HalvesDecodeToTheirValues) {
   // bf16 0x4049 = 3.140625.
   std::vector<uint8_t> b16(2 * 64, 0);
   b16[0] = 0x49, b16[1] = 0x40;
-  for (const KvCodecOps* ops : {bf16_codec().reference, &cpu::bf16_ops()}) {
+  for (const KvCodecOps* ops : {bf16_codec().reference, &cpu::kv_codec_ops(KvCodec::BF16)}) {
     std::vector<float> x(64, 1.0f);
     ops->decode(b16.data(), 64, x.data());
     EXPECT_EQ(x[0], 3.140625f);
@@ -228,7 +232,7 @@ TEST(KvStock, Q8_0BlocksAreGgmlBlockQ8_0OfTheHadamardTransform) {
     expect_decode_rotates_back(ops, b, dequantized);
   };
   check(*q8_0_codec().reference);
-  for_each_simd_target([&] { check(cpu::q8_0_ops()); });
+  for_each_simd_target([&] { check(cpu::kv_codec_ops(KvCodec::Q8_0)); });
 }
 
 // q4_0 block (ggml block_q4_0) of g = W x: fp16 d = max / -8, max the first element of largest magnitude with
@@ -270,7 +274,7 @@ TEST(KvStock, Q4_0BlocksAreGgmlBlockQ4_0OfTheHadamardTransform) {
     expect_decode_rotates_back(ops, b, dequantized);
   };
   check(*q4_0_codec().reference);
-  for_each_simd_target([&] { check(cpu::q4_0_ops()); });
+  for_each_simd_target([&] { check(cpu::kv_codec_ops(KvCodec::Q4_0)); });
 }
 
 // The rotation is llama.cpp's matrix at every head dim (ggml_gen_hadamard), applied by encode, by

@@ -312,10 +312,7 @@ namespace sparrow::cpu {
 
 HWY_EXPORT(Polar4CodecKernels);
 
-const formats::KvCodecOps& polar4_ops() { return HWY_DYNAMIC_DISPATCH(Polar4CodecKernels)().ops; }
-void polar4_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  HWY_DYNAMIC_DISPATCH(Polar4CodecKernels)().expand(blocks, n, d, rows);
-}
+const CodecKernels& polar4_kernels() { return HWY_DYNAMIC_DISPATCH(Polar4CodecKernels)(); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

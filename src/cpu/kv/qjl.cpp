@@ -80,10 +80,7 @@ namespace sparrow::cpu {
 
 HWY_EXPORT(QjlCodecKernels);
 
-const formats::KvCodecOps& qjl_ops() { return HWY_DYNAMIC_DISPATCH(QjlCodecKernels)().ops; }
-void qjl_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  HWY_DYNAMIC_DISPATCH(QjlCodecKernels)().expand(blocks, n, d, rows);
-}
+const CodecKernels& qjl_kernels() { return HWY_DYNAMIC_DISPATCH(QjlCodecKernels)(); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

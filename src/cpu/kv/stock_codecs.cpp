@@ -423,24 +423,7 @@ namespace sparrow::cpu {
 
 HWY_EXPORT(StockKernels);
 
-namespace {
-
-using formats::KvCodec;
-
-const CodecKernels& stock_kernels(KvCodec codec) { return HWY_DYNAMIC_DISPATCH(StockKernels)(codec); }
-
-}  // namespace
-
-const formats::KvCodecOps& f32_ops() { return stock_kernels(KvCodec::F32).ops; }
-const formats::KvCodecOps& f16_ops() { return stock_kernels(KvCodec::F16).ops; }
-const formats::KvCodecOps& bf16_ops() { return stock_kernels(KvCodec::BF16).ops; }
-const formats::KvCodecOps& q8_0_ops() { return stock_kernels(KvCodec::Q8_0).ops; }
-const formats::KvCodecOps& q4_0_ops() { return stock_kernels(KvCodec::Q4_0).ops; }
-void f32_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::F32).expand(b, n, d, rows); }
-void f16_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::F16).expand(b, n, d, rows); }
-void bf16_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::BF16).expand(b, n, d, rows); }
-void q8_0_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::Q8_0).expand(b, n, d, rows); }
-void q4_0_expand(const uint8_t* b, int n, int d, float* rows) { stock_kernels(KvCodec::Q4_0).expand(b, n, d, rows); }
+const CodecKernels& stock_kernels(formats::KvCodec codec) { return HWY_DYNAMIC_DISPATCH(StockKernels)(codec); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

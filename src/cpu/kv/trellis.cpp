@@ -299,14 +299,7 @@ namespace sparrow::cpu {
 
 HWY_EXPORT(TcqCodecKernels);
 
-namespace {
 const CodecKernels& tcq_kernels(int bits) { return HWY_DYNAMIC_DISPATCH(TcqCodecKernels)(bits); }
-}  // namespace
-
-const formats::KvCodecOps& tcq2_ops() { return tcq_kernels(2).ops; }
-const formats::KvCodecOps& tcq3_ops() { return tcq_kernels(3).ops; }
-void tcq2_expand(const uint8_t* blocks, int n, int d, float* rows) { tcq_kernels(2).expand(blocks, n, d, rows); }
-void tcq3_expand(const uint8_t* blocks, int n, int d, float* rows) { tcq_kernels(3).expand(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -74,16 +74,7 @@ namespace sparrow::cpu {
 
 HWY_EXPORT(TbqKernels);
 
-namespace {
 const CodecKernels& tbq_kernels(int bits) { return HWY_DYNAMIC_DISPATCH(TbqKernels)(bits); }
-}  // namespace
-
-const formats::KvCodecOps& tbq2_ops() { return tbq_kernels(2).ops; }
-const formats::KvCodecOps& tbq3_ops() { return tbq_kernels(3).ops; }
-const formats::KvCodecOps& tbq4_ops() { return tbq_kernels(4).ops; }
-void tbq2_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_kernels(2).expand(blocks, n, d, rows); }
-void tbq3_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_kernels(3).expand(blocks, n, d, rows); }
-void tbq4_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_kernels(4).expand(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -120,14 +120,7 @@ namespace sparrow::cpu {
 
 HWY_EXPORT(TbqProdKernels);
 
-namespace {
 const CodecKernels& tbq_prod_kernels(int bits) { return HWY_DYNAMIC_DISPATCH(TbqProdKernels)(bits); }
-}  // namespace
-
-const formats::KvCodecOps& tbq3p_ops() { return tbq_prod_kernels(3).ops; }
-const formats::KvCodecOps& tbq4p_ops() { return tbq_prod_kernels(4).ops; }
-void tbq3p_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_prod_kernels(3).expand(blocks, n, d, rows); }
-void tbq4p_expand(const uint8_t* blocks, int n, int d, float* rows) { tbq_prod_kernels(4).expand(blocks, n, d, rows); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE
