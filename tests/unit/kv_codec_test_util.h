@@ -1,7 +1,7 @@
 #pragma once
 // Shared parts of the KV codec tests: random vectors (Gaussian and heavy-tailed), a loop over the compiled SIMD
 // targets, and the contract every codec must keep, written once over a table of codecs. A codec's test file
-// lists its codecs as CodecCase rows (named fields: which codec, its optimized ops, its tolerances) and
+// lists its codecs as CodecCase rows (named fields: which codec, its name, its basis size, its tolerances) and
 // instantiates the KvCodecContract suite with them (kv_codec_contract_test.cpp holds its tests); round-trip
 // error bounds go in RoundTripCase rows of the KvCodecRoundTrip suite. Codec-specific tests stay in the files.
 #include <gtest/gtest.h>
@@ -147,8 +147,8 @@ using EncodeAgreement = void (*)(const std::vector<float>& x, const std::vector<
 
 struct CodecCase {
   formats::KvCodec codec;
-  std::string name;           // the -ctk spelling, written out: checked against the registry
-  bool keys_only = false;     // usable for K only
+  std::string name;              // the -ctk spelling, written out: checked against the registry
+  bool keys_only = false;        // usable for K only
   int query_floats_per_dim = 1;  // floats of a prepared query (and of an accumulator) per head-dim element
 
   // score(prepare(q), b) against <q, decode(b)>, in units of ||q|| ||x^||; finish(sum of accumulate(w_t, b_t))
