@@ -13,7 +13,10 @@ namespace sparrow {
 namespace {
 
 struct Case {
-  int n_heads, n_kv_heads, head_dim, n_past, n_tokens, window, capacity;
+  int n_heads, n_kv_heads, head_dim;
+  int n_past, n_tokens;  // tokens already cached, tokens stored and attended now
+  int window = 0;        // sliding window in tokens (0: global attention)
+  int capacity;          // cache slots per KV head
   formats::KvCodec k_codec, v_codec = k_codec;
   bool center_keys = false;
 };
@@ -47,8 +50,14 @@ void run_case(const Case& c) {
   std::vector<float> center(size_t(c.n_kv_heads) * c.head_dim, 0.0f);
   if (c.center_keys)
     for (float& x : center) x = 3.0f * normal(rng);
-  KvLayerView kv{c.k_codec, c.v_codec, k_cache.data(), v_cache.data(), c.capacity, c.n_kv_heads, c.head_dim,
-                 c.center_keys ? center.data() : nullptr};
+  KvLayerView kv{.k_codec = c.k_codec,
+                 .v_codec = c.v_codec,
+                 .k = k_cache.data(),
+                 .v = v_cache.data(),
+                 .capacity = c.capacity,
+                 .n_kv_heads = c.n_kv_heads,
+                 .head_dim = c.head_dim,
+                 .k_center = c.center_keys ? center.data() : nullptr};
   cpu::ThreadPool pool(2);
   // Write the history in one store and the new tokens in another, as prefill then decode would.
   if (c.n_past > 0) cpu::kv_store(pool, kv, k.data(), v.data(), c.n_past, 0);
@@ -108,33 +117,62 @@ void run_case(const Case& c) {
 
 using formats::KvCodec;
 
-TEST(Attention, CausalMultiHeadF32) { run_case({4, 4, 64, 0, 9, 0, 9, KvCodec::F32}); }
-TEST(Attention, GroupedQueryF16Decode) { run_case({8, 2, 128, 40, 1, 0, 41, KvCodec::F16}); }
-TEST(Attention, MultiQueryHeadDim256Prefill) { run_case({4, 1, 256, 5, 12, 0, 17, KvCodec::F16}); }
-TEST(Attention, HeadDim512) { run_case({2, 1, 512, 3, 4, 0, 7, KvCodec::F32}); }
-TEST(Attention, SlidingWindowMasksOldKeys) { run_case({4, 2, 64, 20, 6, 8, 26, KvCodec::F32}); }
+TEST(Attention, CausalMultiHeadF32) {
+  run_case({.n_heads = 4, .n_kv_heads = 4, .head_dim = 64, .n_past = 0,
+            .n_tokens = 9, .capacity = 9, .k_codec = KvCodec::F32});
+}
+TEST(Attention, GroupedQueryF16Decode) {
+  run_case({.n_heads = 8, .n_kv_heads = 2, .head_dim = 128, .n_past = 40,
+            .n_tokens = 1, .capacity = 41, .k_codec = KvCodec::F16});
+}
+TEST(Attention, MultiQueryHeadDim256Prefill) {
+  run_case({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .n_past = 5,
+            .n_tokens = 12, .capacity = 17, .k_codec = KvCodec::F16});
+}
+TEST(Attention, HeadDim512) {
+  run_case({.n_heads = 2, .n_kv_heads = 1, .head_dim = 512, .n_past = 3,
+            .n_tokens = 4, .capacity = 7, .k_codec = KvCodec::F32});
+}
+TEST(Attention, SlidingWindowMasksOldKeys) {
+  run_case({.n_heads = 4, .n_kv_heads = 2, .head_dim = 64, .n_past = 20, .n_tokens = 6,
+            .window = 8, .capacity = 26, .k_codec = KvCodec::F32});
+}
 // A sliding layer's cache is a ring of window + batch slots: positions wrap around it.
-TEST(Attention, SlidingWindowRingWraps) { run_case({4, 1, 64, 37, 3, 8, 11, KvCodec::F16}); }
+TEST(Attention, SlidingWindowRingWraps) {
+  run_case({.n_heads = 4, .n_kv_heads = 1, .head_dim = 64, .n_past = 37, .n_tokens = 3,
+            .window = 8, .capacity = 11, .k_codec = KvCodec::F16});
+}
 // Decode over a long context: the key range is split across threads and the partial softmaxes merged.
-TEST(Attention, LongDecodeSplitsKeysTbq4) { run_case({4, 1, 256, 2000, 1, 0, 2001, KvCodec::TBQ4}); }
-TEST(Attention, LongDecodeWindowedRing) { run_case({8, 2, 128, 1500, 1, 300, 333, KvCodec::Q8_0, KvCodec::Q4_0}); }
+TEST(Attention, LongDecodeSplitsKeysTbq4) {
+  run_case({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .n_past = 2000,
+            .n_tokens = 1, .capacity = 2001, .k_codec = KvCodec::TBQ4});
+}
+TEST(Attention, LongDecodeWindowedRing) {
+  run_case({.n_heads = 8, .n_kv_heads = 2, .head_dim = 128, .n_past = 1500, .n_tokens = 1,
+            .window = 300, .capacity = 333, .k_codec = KvCodec::Q8_0, .v_codec = KvCodec::Q4_0});
+}
 // K and V in different codecs and bases: a rotated K, a sketched K, an inner-product V.
-TEST(Attention, MixedCodecsPrefill) { run_case({4, 2, 128, 30, 20, 0, 50, KvCodec::TBQ4, KvCodec::TBQ3}); }
-TEST(Attention, QjlKeysPolarValues) { run_case({2, 1, 64, 70, 5, 0, 75, KvCodec::QJL, KvCodec::POLAR4}); }
+TEST(Attention, MixedCodecsPrefill) {
+  run_case({.n_heads = 4, .n_kv_heads = 2, .head_dim = 128, .n_past = 30, .n_tokens = 20,
+            .capacity = 50, .k_codec = KvCodec::TBQ4, .v_codec = KvCodec::TBQ3});
+}
+TEST(Attention, QjlKeysPolarValues) {
+  run_case({.n_heads = 2, .n_kv_heads = 1, .head_dim = 64, .n_past = 70, .n_tokens = 5,
+            .capacity = 75, .k_codec = KvCodec::QJL, .v_codec = KvCodec::POLAR4});
+}
 // Key centering: keys stored minus a center give the attention output of the uncentered keys.
 TEST(Attention, CenteredKeysLeaveTheOutputUnchanged) {
-  Case c{4, 2, 128, 30, 3, 0, 33, KvCodec::F32};
-  c.center_keys = true;
-  run_case(c);
+  run_case({.n_heads = 4, .n_kv_heads = 2, .head_dim = 128, .n_past = 30, .n_tokens = 3,
+            .capacity = 33, .k_codec = KvCodec::F32, .center_keys = true});
 }
 TEST(Attention, CenteredCompressedKeys) {
-  Case c{4, 1, 256, 200, 1, 0, 201, KvCodec::TBQ4, KvCodec::F16};
-  c.center_keys = true;
-  run_case(c);
+  run_case({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .n_past = 200, .n_tokens = 1,
+            .capacity = 201, .k_codec = KvCodec::TBQ4, .v_codec = KvCodec::F16, .center_keys = true});
 }
 
 TEST(Attention, TrellisKeysInnerProductValues) {
-  run_case({4, 4, 256, 10, 3, 0, 13, KvCodec::TCQ3, KvCodec::TBQ4P});
+  run_case({.n_heads = 4, .n_kv_heads = 4, .head_dim = 256, .n_past = 10, .n_tokens = 3,
+            .capacity = 13, .k_codec = KvCodec::TCQ3, .v_codec = KvCodec::TBQ4P});
 }
 
 }  // namespace

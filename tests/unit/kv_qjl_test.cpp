@@ -1,14 +1,15 @@
 // The qjl key codec and the QJL projection it shares with tbq3p/tbq4p: the projection pinned by checksums
 // and checked for its construction (orthogonal rows within each block of d, row norm E[chi_d]), the score
-// against the estimator's formula, unbiasedness and the variance bound of the QJL paper, the identities every
-// codec satisfies, and the optimized ops against the reference on every SIMD target.
+// against the estimator's formula, and unbiasedness and the variance bound of the QJL paper. The contract every
+// codec keeps (identities, optimized ops against the reference on every SIMD target, bad input) runs from the
+// row below (kv_codec_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <vector>
 
-#include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/cpu_kv_codecs.h"
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/qjl.h"
 #include "formats/kv/turboquant.h"
@@ -31,17 +32,30 @@ namespace qjl = formats::qjl;
 // draws or construction. Checksums are double sums of float entries, compared to 1e-3 (a changed matrix
 // moves them by O(1)), so ulp-level differences of libm between platforms do not trip them.
 TEST(KvQjlProjection, IsPinnedByChecksums) {
-  struct Pin { int m, d; double sum, weighted; float first, second, last; };
-  const Pin pins[] = {
-      {64, 64, -3.248187546e+01, 6.414707468e+01, -7.2182256e-01f, -1.2968458e+00f, 6.4660370e-01f},
-      {128, 64, 2.105169386e+01, -8.068589188e+00, 7.2507471e-01f, -2.9370809e-02f, -3.2248172e-01f},
-      {128, 128, 1.573968524e+02, 1.165246329e+02, 1.2075621e+00f, -5.4992956e-01f, -1.5234777e-01f},
-      {256, 128, 9.639414638e+01, -1.623687175e+01, -1.5908922e+00f, 1.3119700e+00f, -1.0323541e+00f},
-      {256, 256, -1.626323262e+02, -1.906433986e+02, 3.0107641e-01f, 1.2658703e+00f, 6.5488711e-02f},
-      {512, 256, -2.490440912e+02, 3.923723149e+02, 2.4171944e-01f, 3.2732704e-01f, -5.4432023e-01f},
-      {512, 512, -3.035290189e+02, -8.668384271e+01, -5.8710450e-01f, 2.3560496e-01f, 1.8559818e-01f},
-      {1024, 512, -1.005546996e+03, -1.328409632e+02, -8.0387044e-01f, 1.3501077e+00f, -4.6494547e-02f},
+  struct Pin {
+    int m, d;                   // rows and columns of S
+    double sum, weighted;       // sum of the entries, and weighted by ((31 i + 17 j) mod 101 - 50) / 50
+    float first, second, last;  // S[0], S[1] and the last entry, row-major
   };
+  const Pin pins[] = {
+      {.m = 64, .d = 64, .sum = -3.248187546e+01, .weighted = 6.414707468e+01,
+       .first = -7.2182256e-01f, .second = -1.2968458e+00f, .last = 6.4660370e-01f},
+      {.m = 128, .d = 64, .sum = 2.105169386e+01, .weighted = -8.068589188e+00,
+       .first = 7.2507471e-01f, .second = -2.9370809e-02f, .last = -3.2248172e-01f},
+      {.m = 128, .d = 128, .sum = 1.573968524e+02, .weighted = 1.165246329e+02,
+       .first = 1.2075621e+00f, .second = -5.4992956e-01f, .last = -1.5234777e-01f},
+      {.m = 256, .d = 128, .sum = 9.639414638e+01, .weighted = -1.623687175e+01,
+       .first = -1.5908922e+00f, .second = 1.3119700e+00f, .last = -1.0323541e+00f},
+      {.m = 256, .d = 256, .sum = -1.626323262e+02, .weighted = -1.906433986e+02,
+       .first = 3.0107641e-01f, .second = 1.2658703e+00f, .last = 6.5488711e-02f},
+      {.m = 512, .d = 256, .sum = -2.490440912e+02, .weighted = 3.923723149e+02,
+       .first = 2.4171944e-01f, .second = 3.2732704e-01f, .last = -5.4432023e-01f},
+      {.m = 512, .d = 512, .sum = -3.035290189e+02, .weighted = -8.668384271e+01,
+       .first = -5.8710450e-01f, .second = 2.3560496e-01f, .last = 1.8559818e-01f},
+      {.m = 1024, .d = 512, .sum = -1.005546996e+03, .weighted = -1.328409632e+02,
+       .first = -8.0387044e-01f, .second = 1.3501077e+00f, .last = -4.6494547e-02f},
+  };
+
   for (const Pin& p : pins) {
     const float* s = qjl::projection(p.m, p.d);
     double sum = 0, weighted = 0;
@@ -91,14 +105,8 @@ TEST(KvQjlProjection, HasOrthogonalBlocksOfChiNormRows) {
 
 const KvCodecInfo& info() { return formats::qjl_codec(); }
 
-TEST(KvQjl, LayoutAndInfo) {
-  EXPECT_EQ(info().name, "qjl");
-  EXPECT_TRUE(info().keys_only);
-  for (int d : kHeadDims) {
-    EXPECT_EQ(info().block_bytes(d), 2 + size_t(2 * d) / 8) << "fp16 norm + 2d sign bits";
-    EXPECT_EQ(info().query_floats(d), size_t(2 * d));
-    EXPECT_EQ(info().accumulator_floats(d), size_t(2 * d));
-  }
+TEST(KvQjl, Layout) {
+  for (int d : kHeadDims) EXPECT_EQ(info().block_bytes(d), 2 + size_t(2 * d) / 8) << "fp16 norm + 2d sign bits";
   EXPECT_DOUBLE_EQ(8.0 * info().block_bytes(128) / 128, 2.125);
   EXPECT_DOUBLE_EQ(8.0 * info().block_bytes(64) / 64, 2.25);
   EXPECT_THROW(info().block_bytes(100), Error);
@@ -127,15 +135,6 @@ TEST(KvQjl, ScoreIsTheQjlEstimator) {
   }
 }
 
-TEST(KvQjl, ScoreIsDotWithDecodeAndFinishIsWeightedDecode) {
-  for (int d : kHeadDims) {
-    for (const KvCodecOps* ops : {info().reference, &cpu::qjl_ops()}) {
-      expect_score_is_dot_with_decode(info(), *ops, d, 30 + d);
-      expect_finish_is_weighted_decode(info(), *ops, d, 40 + d);
-    }
-  }
-}
-
 // Unbiased: over 100000 pairs at d = 128 the mean error of the score is within 3 standard errors of 0; the
 // other head dims run fewer pairs (to stay fast) and allow 3.5 standard errors, since the two test files make
 // 12 such checks and a fixed seed lands beyond 3 with probability 0.27% each (3.5 keeps the family-wise false
@@ -144,25 +143,18 @@ TEST(KvQjl, ScoreIsDotWithDecodeAndFinishIsWeightedDecode) {
 // Gaussian rows; we check that the mean of err^2 / (||q||^2 ||k||^2) stays below pi/(2m) (orthogonal rows
 // make it smaller still).
 TEST(KvQjl, InnerProductsAreUnbiasedWithinTheVarianceBound) {
-  const KvCodecOps& ops = cpu::qjl_ops();  // agrees with the reference (OptimizedOpsMatchTheReference)
+  const KvCodecOps& ops = cpu::kv_codec_ops(info().codec);  // agrees with the reference (KvCodecContract)
   for (int d : kHeadDims) {
     const int m = 2 * d, pairs = d == 128 ? 100000 : d == 64 ? 20000 : d == 256 ? 6000 : 2000;
-    SeededRandom rng(50 + d);
     ErrorStats error;
     double normalised = 0;
-    std::vector<float> q(d), k(d), prepared(info().query_floats(d));
-    std::vector<uint8_t> block(info().block_bytes(d));
-    for (int t = 0; t < pairs; ++t) {
-      for (int i = 0; i < d; ++i) {
-        k[i] = float(rng.normal());
-        q[i] = float(0.8 * k[i] + 0.6 * rng.normal());
-      }
-      ops.encode(k.data(), d, block.data());
-      ops.prepare_query(q.data(), d, prepared.data());
-      const double err = ops.score(prepared.data(), block.data(), d) - dot(q.data(), k.data(), d);
-      error.add(err);
-      normalised += err * err / (dot(q.data(), q.data(), d) * dot(k.data(), k.data(), d)) / pairs;
-    }
+    for_each_correlated_pair(info(), ops, d, pairs, 50 + d,
+                             [&](double err, const std::vector<float>& q, const std::vector<float>& k,
+                                 const std::vector<uint8_t>&) {
+                               error.add(err);
+                               normalised += err * err / (dot(q.data(), q.data(), d) * dot(k.data(), k.data(), d)) /
+                                             pairs;
+                             });
     const double z = error.mean() / error.standard_error();
     std::printf("  qjl d=%3d: mean error %+.5f (z %+.2f over %d pairs), E[err^2/(|q|^2|k|^2)] = %.3f/m (bound "
                 "pi/2 = 1.571/m)\n", d, error.mean(), z, pairs, normalised * m);
@@ -171,59 +163,37 @@ TEST(KvQjl, InnerProductsAreUnbiasedWithinTheVarianceBound) {
   }
 }
 
-TEST(KvQjl, RejectsUnsupportedHeadDims) {
-  std::vector<float> x(2048, 1.0f);
-  std::vector<uint8_t> block(512);
-  for (const KvCodecOps* ops : {info().reference, &cpu::qjl_ops()}) {
-    EXPECT_THROW(ops->encode(x.data(), 96, block.data()), Error);
-    EXPECT_THROW(ops->prepare_query(x.data(), 1024, x.data()), Error);
-    EXPECT_THROW(ops->score(x.data(), block.data(), 32), Error);
-    EXPECT_THROW(ops->finish(x.data(), 100, x.data()), Error);
+// The optimized encode may flip a sign only where the projection is within float rounding of 0, and its fp16
+// norm may round the other way.
+void expect_encodes_agree(const std::vector<float>& k, const std::vector<uint8_t>& block,
+                          const std::vector<uint8_t>& fast) {
+  const int d = int(k.size()), m = 2 * d;
+  EXPECT_NEAR(formats::turboquant::load_norm(fast.data()), formats::turboquant::load_norm(block.data()),
+              1e-3 * norm(k));
+  std::vector<float> sk(m);
+  qjl::project(k.data(), m, d, sk.data());
+  for (int i = 0; i < m; ++i) {
+    if (qjl::sign_at(block.data() + 2, i) != qjl::sign_at(fast.data() + 2, i)) {
+      EXPECT_LT(std::fabs(sk[i]), 1e-4 * qjl::row_norm(d) * norm(k)) << "sign " << i;
+    }
   }
 }
 
-// The optimized encode may flip a sign only where the projection is within float rounding of 0; the other
-// ops, on the same bytes, agree to float summation order, and decode exactly.
-void expect_optimized_matches_reference(int d, uint64_t seed) {
-  const KvCodecOps &ref = *info().reference, &opt = cpu::qjl_ops();
-  const int m = 2 * d;
-  SeededRandom rng(seed);
-  for (int t = 0; t < 8; ++t) {
-    const std::vector<float> k = gaussian(rng, d), q = gaussian(rng, d);
-    const std::vector<uint8_t> block = encode(info(), ref, k), fast = encode(info(), opt, k);
-    EXPECT_NEAR(formats::turboquant::load_norm(fast.data()), formats::turboquant::load_norm(block.data()),
-                1e-3 * norm(k));
-    std::vector<float> sk(m);
-    qjl::project(k.data(), m, d, sk.data());
-    for (int i = 0; i < m; ++i) {
-      if (qjl::sign_at(block.data() + 2, i) != qjl::sign_at(fast.data() + 2, i)) {
-        EXPECT_LT(std::fabs(sk[i]), 1e-4 * qjl::row_norm(d) * norm(k)) << "sign " << i;
-      }
-    }
-    const std::vector<float> pr = prepare(info(), ref, q), po = prepare(info(), opt, q);
-    for (int i = 0; i < m; ++i) ASSERT_NEAR(po[i], pr[i], 1e-5 * qjl::row_norm(d) * norm(q)) << "prepared " << i;
-    const std::vector<float> xr = decode(ref, block, d), xo = decode(opt, block, d);
-    for (int i = 0; i < d; ++i) ASSERT_EQ(xo[i], xr[i]) << "decode is exact (sparrow verify), element " << i;
-    EXPECT_NEAR(opt.score(pr.data(), block.data(), d), ref.score(pr.data(), block.data(), d),
-                1e-4 * norm(pr) * norm(k));
-    std::vector<float> acc_r(m, 0.25f), acc_o = acc_r, out_r(d), out_o(d);
-    ref.accumulate(-0.5f, block.data(), d, acc_r.data());
-    opt.accumulate(-0.5f, block.data(), d, acc_o.data());
-    for (int i = 0; i < m; ++i) ASSERT_NEAR(acc_o[i], acc_r[i], 1e-6) << "acc " << i;
-    ref.finish(acc_r.data(), d, out_r.data());
-    opt.finish(acc_r.data(), d, out_o.data());
-    for (int i = 0; i < d; ++i) ASSERT_NEAR(out_o[i], out_r[i], 1e-4 * norm(out_r)) << "finish " << i;
-  }
-}
-
-TEST(KvQjl, OptimizedOpsMatchTheReferenceOnEverySimdTarget) {
-  for_each_simd_target([] {
-    for (int d : kHeadDims) {
-      SCOPED_TRACE("d=" + std::to_string(d));
-      expect_optimized_matches_reference(d, 70 + d);
-    }
-  });
-}
+// Prepared queries agree within 1e-5 row_norm(64) ||q|| = 7.9e-5 ||q|| per element (float and double sums of
+// d products with rows of norm row_norm(d) >= row_norm(64)); accumulators, holding 0.5 -+ 0.75 sqrt(pi/2)/m
+// ||k|| < 0.6, within 6e-7 (1 + |a|), under 1e-6 absolute.
+INSTANTIATE_TEST_SUITE_P(Qjl, KvCodecContract,
+                         testing::Values(CodecCase{.codec = formats::KvCodec::QJL,
+                                                   .name = "qjl",
+                                                   .keys_only = true,
+                                                   .query_floats_per_dim = 2,  // S q: m = 2d rows
+                                                   .score_tolerance = 1e-4,
+                                                   .encodes_agree = expect_encodes_agree,
+                                                   .prepared_tolerance = 7.9e-5,
+                                                   .score_agreement = 1e-4,
+                                                   .accumulate_agreement = 6e-7,
+                                                   .finish_agreement = 1e-4}),
+                         case_name);
 
 }  // namespace
 }  // namespace sparrow

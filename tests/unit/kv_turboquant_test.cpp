@@ -1,7 +1,8 @@
 // TurboQuant KV codecs (tbq2, tbq3, tbq4; tbq3p, tbq4p), the shared Hadamard rotation and the Lloyd-Max
-// tables: the tables against the spec and against an independent numerical integration, the MSE per bit
-// width against the paper's numbers, unbiasedness and variance of the inner-product codecs, the identities
-// every codec must satisfy, and the optimized (Highway) ops against the references on every SIMD target.
+// tables: the tables against the spec and against an independent numerical integration, the layout, and
+// unbiasedness and variance of the inner-product codecs. The contract every codec keeps (identities,
+// optimized ops against the references on every SIMD target, bad input) and the MSE per bit width against the
+// paper's numbers run from the rows below (kv_codec_contract_test.cpp).
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -10,7 +11,7 @@
 #include <cstring>
 #include <vector>
 
-#include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/cpu_kv_codecs.h"
 #include "formats/kv/codec_registry.h"
 #include "formats/kv/lloyd_max.h"
 #include "formats/kv/qjl.h"
@@ -22,6 +23,7 @@
 namespace sparrow {
 namespace {
 
+using formats::KvCodec;
 using formats::KvCodecInfo;
 using formats::KvCodecOps;
 using formats::LloydMaxCodebook;
@@ -30,15 +32,16 @@ using namespace kv_codec_test;
 
 struct TbqCodec {
   const KvCodecInfo& (*info)();
-  const KvCodecOps& (*optimized)();
   int mse_bits;     // bits of the MSE part
   bool has_sketch;  // tbq3p / tbq4p
 };
 
 const TbqCodec kTbqCodecs[] = {
-    {formats::tbq2_codec, cpu::tbq2_ops, 2, false},   {formats::tbq3_codec, cpu::tbq3_ops, 3, false},
-    {formats::tbq4_codec, cpu::tbq4_ops, 4, false},   {formats::tbq3p_codec, cpu::tbq3p_ops, 2, true},
-    {formats::tbq4p_codec, cpu::tbq4p_ops, 3, true},
+    {.info = formats::tbq2_codec, .mse_bits = 2, .has_sketch = false},
+    {.info = formats::tbq3_codec, .mse_bits = 3, .has_sketch = false},
+    {.info = formats::tbq4_codec, .mse_bits = 4, .has_sketch = false},
+    {.info = formats::tbq3p_codec, .mse_bits = 2, .has_sketch = true},
+    {.info = formats::tbq4p_codec, .mse_bits = 3, .has_sketch = true},
 };
 
 // Bits per element from the codec's own entry (kv_bits_per_element goes through the registry of all codecs).
@@ -79,10 +82,10 @@ TEST(KvRotation, IsTheSignedHadamardMatrixAndItsTranspose) {
 // The sign vectors are part of the stored format: a changed seed would silently misread every cache.
 TEST(KvRotation, SignVectorsArePinned) {
   struct Pin { int d; uint64_t in, out; };
-  const Pin pins[] = {{64, 0x0cc7efa449ba2a46ull, 0x6c880aa07353eaf5ull},
-                      {128, 0x1ba751692b7cdbafull, 0x5d9ee36fbc9e28e7ull},
-                      {256, 0x587e7c2d3e068d3dull, 0x8580ccdd220f7438ull},
-                      {512, 0x762b47cbaf2d4f7cull, 0x6fd8e9b0fc58b7c7ull}};
+  const Pin pins[] = {{.d = 64, .in = 0x0cc7efa449ba2a46ull, .out = 0x6c880aa07353eaf5ull},
+                      {.d = 128, .in = 0x1ba751692b7cdbafull, .out = 0x5d9ee36fbc9e28e7ull},
+                      {.d = 256, .in = 0x587e7c2d3e068d3dull, .out = 0x8580ccdd220f7438ull},
+                      {.d = 512, .in = 0x762b47cbaf2d4f7cull, .out = 0x6fd8e9b0fc58b7c7ull}};
   const auto fnv1a_of_signs = [](const float* s, int d) {
     uint64_t h = 1469598103934665603ull;
     for (int i = 0; i < d; ++i) {
@@ -181,7 +184,7 @@ TEST(KvLloydMax, TablesAreFixedPointsOfLloydForTheExactDensity) {
 // ---------------------------------------------------------------------------------------------------------
 // Layout.
 
-TEST(KvTurboQuant, BitsPerElementAndInfo) {
+TEST(KvTurboQuant, BitsPerElementAndSizesOfBadHeadDims) {
   // tbqN: N bits + one fp16 norm per 128-element sub-block (per head at d = 64). tbqNp: the (N-1)-bit MSE
   // part, one sign bit per element and one fp16 residual norm per head vector.
   for (int d : {128, 256, 512}) {
@@ -195,17 +198,9 @@ TEST(KvTurboQuant, BitsPerElementAndInfo) {
   EXPECT_DOUBLE_EQ(bits_per_element(formats::tbq4_codec(), 64), 4.25);
   EXPECT_DOUBLE_EQ(bits_per_element(formats::tbq4p_codec(), 64), 4.5);
   for (const TbqCodec& c : kTbqCodecs) {
-    const KvCodecInfo& info = c.info();
-    const size_t floats = c.has_sketch ? 2 * 128 : 128;  // [R q] or [R q, S R q]
-    EXPECT_EQ(info.query_floats(128), floats) << info.name;
-    EXPECT_EQ(info.accumulator_floats(128), floats) << info.name;
-    EXPECT_FALSE(info.keys_only) << info.name;
+    EXPECT_THROW(c.info().block_bytes(96), Error) << c.info().name;
+    EXPECT_THROW(c.info().query_floats(1024), Error) << c.info().name;
   }
-  EXPECT_EQ(formats::tbq2_codec().name, "tbq2");
-  EXPECT_EQ(formats::tbq3_codec().name, "tbq3");
-  EXPECT_EQ(formats::tbq4_codec().name, "tbq4");
-  EXPECT_EQ(formats::tbq3p_codec().name, "tbq3p");
-  EXPECT_EQ(formats::tbq4p_codec().name, "tbq4p");
 }
 
 // The byte layout of turboquant.h, checked on hand-made codes: nibbles j / j + n/2, quarters j + k n/4, and
@@ -236,48 +231,19 @@ TEST(KvTurboQuant, CodePackingIsTheDocumentedLayout) {
 // ---------------------------------------------------------------------------------------------------------
 // MSE.
 
-// Heavy-tailed head vectors with outliers spread over the head (first, a third, past the middle, last).
-std::vector<float> heavy_tailed_spread(SeededRandom& rng, int d) {
-  return kv_codec_test::heavy_tailed(rng, d, {1, d / 3, d / 2 + 5, d - 2});
-}
-
-// Mean of ||x - x^||^2 / ||x||^2 over vectors of d * count = 2^18 elements in all.
-double relative_mse(const KvCodecInfo& info, int d, bool heavy, uint64_t seed) {
-  SeededRandom rng(seed);
-  const int count = (1 << 18) / d;
-  double sum = 0;
-  for (int t = 0; t < count; ++t) {
-    const std::vector<float> x = heavy ? heavy_tailed_spread(rng, d) : gaussian(rng, d);
-    const std::vector<float> xh = decode(*info.reference, encode(info, *info.reference, x), d);
-    double err = 0;
-    for (int i = 0; i < d; ++i) err += double(x[i] - xh[i]) * (x[i] - xh[i]);
-    sum += err / dot(x.data(), x.data(), d);
-  }
-  return sum / count;
-}
-
 // The paper's targets (E||x - x^||^2 for unit x): within 5% at d >= 128. At d = 64 the sub-block is the
 // whole head (n = 64) and the error must not exceed the target by more than 5% (it is lower: the n = 64
 // codebook fits a wider density). Heavy-tailed vectors with outlier channels: at most 5% above the target
 // too, thanks to the rotation, which spreads each outlier over all coordinates.
-TEST(KvTurboQuant, MsePerBitWidthMatchesThePaper) {
-  struct Target { const KvCodecInfo& info; double mse; };
-  const Target targets[] = {{formats::tbq2_codec(), 0.117}, {formats::tbq3_codec(), 0.0340},
-                            {formats::tbq4_codec(), 0.0093}};
-  for (const Target& t : targets) {
-    for (int d : kHeadDims) {
-      const double gauss = relative_mse(t.info, d, false, 100 + d), heavy = relative_mse(t.info, d, true, 200 + d);
-      std::printf("  %s d=%3d: MSE %.5f (target %.4f, %+.1f%%), heavy-tailed %.5f (%+.1f%%)\n", t.info.name.data(),
-                  d, gauss, t.mse, 100 * (gauss / t.mse - 1), heavy, 100 * (heavy / t.mse - 1));
-      if (d >= 128) {
-        EXPECT_NEAR(gauss, t.mse, 0.05 * t.mse) << t.info.name << " d=" << d;
-      } else {
-        EXPECT_LE(gauss, 1.05 * t.mse) << t.info.name << " d=" << d;
-      }
-      EXPECT_LE(heavy, 1.05 * t.mse) << t.info.name << " d=" << d << " (heavy-tailed)";
-    }
-  }
-}
+INSTANTIATE_TEST_SUITE_P(
+    TurboQuant, KvCodecRoundTrip,
+    testing::Values(RoundTripCase{.codec = KvCodec::TBQ2, .name = "tbq2", .target = 0.117, .gaussian_below = 0.05,
+                                  .lower_bound_from = 128},
+                    RoundTripCase{.codec = KvCodec::TBQ3, .name = "tbq3", .target = 0.0340, .gaussian_below = 0.05,
+                                  .lower_bound_from = 128},
+                    RoundTripCase{.codec = KvCodec::TBQ4, .name = "tbq4", .target = 0.0093, .gaussian_below = 0.05,
+                                  .lower_bound_from = 128}),
+    round_trip_name);
 
 // The plain codebook (no rotation, no norm correction) on uniformly random unit vectors of R^128 gives the
 // table's MSE, and 1 bit gives the paper's 0.36 (tbq has no 1-bit codec; this pins the 1-bit table).
@@ -303,49 +269,6 @@ TEST(KvTurboQuant, PlainCodebookMseOnRandomUnitVectors) {
   }
 }
 
-TEST(KvTurboQuant, ZeroAndHugeVectorsStayFinite) {
-  for (const TbqCodec& c : kTbqCodecs) {
-    const KvCodecInfo& info = c.info();
-    for (const KvCodecOps* ops : {info.reference, &c.optimized()}) {
-      const std::vector<float> zero(128, 0.0f);
-      for (float v : decode(*ops, encode(info, *ops, zero), 128)) EXPECT_EQ(v, 0.0f) << info.name;
-      std::vector<float> huge(128);
-      for (int i = 0; i < 128; ++i) huge[i] = (i % 3 ? 1e6f : -3e6f);
-      for (float v : decode(*ops, encode(info, *ops, huge), 128)) EXPECT_TRUE(std::isfinite(v)) << info.name;
-    }
-  }
-}
-
-TEST(KvTurboQuant, RejectsUnsupportedHeadDims) {
-  std::vector<float> x(1024, 1.0f), acc(2048, 0.0f);
-  std::vector<uint8_t> block(2048);
-  for (const TbqCodec& c : kTbqCodecs) {
-    const KvCodecInfo& info = c.info();
-    EXPECT_THROW(info.block_bytes(96), Error) << info.name;
-    EXPECT_THROW(info.query_floats(1024), Error) << info.name;
-    for (const KvCodecOps* ops : {info.reference, &c.optimized()}) {
-      EXPECT_THROW(ops->encode(x.data(), 96, block.data()), Error) << info.name;
-      EXPECT_THROW(ops->score(x.data(), block.data(), 32), Error) << info.name;
-      EXPECT_THROW(ops->accumulate(1.0f, block.data(), 1024, acc.data()), Error) << info.name;
-      EXPECT_THROW(ops->finish(acc.data(), 100, x.data()), Error) << info.name;
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------------
-// Identities.
-
-TEST(KvTurboQuant, ScoreIsDotWithDecodeAndFinishIsWeightedDecode) {
-  for (const TbqCodec& c : kTbqCodecs) {
-    for (int d : kHeadDims) {
-      for (const KvCodecOps* ops : {c.info().reference, &c.optimized()}) {
-        expect_score_is_dot_with_decode(c.info(), *ops, d, 300 + d);
-        expect_finish_is_weighted_decode(c.info(), *ops, d, 400 + d);
-      }
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------------------------------------
 // Inner-product codecs: unbiased, with the variance the papers predict.
 
@@ -355,32 +278,24 @@ struct InnerProductStats {
   double normalised_by_key = 0;       // mean of err^2 / (||q||^2 ||k||^2)
 };
 
-// Pairs (q, k) with k Gaussian and q = 0.8 k + 0.6 z: correlated, so that a shrinking (biased) estimate
-// shows. ||r|| is read from the block (the stored residual norm) for the sketch codecs.
+// Pairs (q, k) as for_each_correlated_pair makes them; ||r|| is read from the block (the stored residual
+// norm) for the sketch codecs.
 InnerProductStats inner_product_errors(const TbqCodec& c, int d, int pairs, uint64_t seed) {
   const KvCodecInfo& info = c.info();
-  const KvCodecOps& ops = c.optimized();  // agrees with the reference (OptimizedOpsMatchTheReference)
-  SeededRandom rng(seed);
+  const KvCodecOps& ops = cpu::kv_codec_ops(info.codec);  // agrees with the reference (KvCodecContract)
   InnerProductStats stats;
-  std::vector<float> q(d), k(d), prepared(info.query_floats(d));
-  std::vector<uint8_t> block(info.block_bytes(d));
   const size_t residual_norm_at = formats::turboquant::mse_block_bytes("test", d, c.mse_bits);
-  for (int t = 0; t < pairs; ++t) {
-    for (int i = 0; i < d; ++i) {
-      k[i] = float(rng.normal());
-      q[i] = float(0.8 * k[i] + 0.6 * rng.normal());
-    }
-    ops.encode(k.data(), d, block.data());
-    ops.prepare_query(q.data(), d, prepared.data());
-    const double err = ops.score(prepared.data(), block.data(), d) - dot(q.data(), k.data(), d);
-    const double qq = dot(q.data(), q.data(), d), kk = dot(k.data(), k.data(), d);
-    stats.error.add(err);
-    stats.normalised_by_key += err * err / (qq * kk) / pairs;
-    if (c.has_sketch) {
-      const double r = formats::turboquant::load_norm(block.data() + residual_norm_at);
-      stats.normalised_by_residual += err * err / (qq * r * r) / pairs;
-    }
-  }
+  for_each_correlated_pair(info, ops, d, pairs, seed,
+                           [&](double err, const std::vector<float>& q, const std::vector<float>& k,
+                               const std::vector<uint8_t>& block) {
+                             const double qq = dot(q.data(), q.data(), d), kk = dot(k.data(), k.data(), d);
+                             stats.error.add(err);
+                             stats.normalised_by_key += err * err / (qq * kk) / pairs;
+                             if (c.has_sketch) {
+                               const double r = formats::turboquant::load_norm(block.data() + residual_norm_at);
+                               stats.normalised_by_residual += err * err / (qq * r * r) / pairs;
+                             }
+                           });
   return stats;
 }
 
@@ -390,8 +305,11 @@ InnerProductStats inner_product_errors(const TbqCodec& c, int d, int pairs, uint
 // pi/(2m) ||q||^2 ||r||^2 with m = d rows, and TurboQuant's theorem 2 puts D_prod at about 0.18/d (3 bits) and
 // 0.047/d (4 bits) for unit vectors; both must hold (orthogonal rows make ours smaller).
 TEST(KvTurboQuant, InnerProductCodecsAreUnbiasedWithThePredictedVariance) {
-  struct Case { int codec; double paper_d_prod; };
-  const Case cases[] = {{3, 0.18}, {4, 0.047}};
+  struct Case {
+    int codec;            // index in kTbqCodecs
+    double paper_d_prod;  // TurboQuant's D_prod * d for unit vectors
+  };
+  const Case cases[] = {{.codec = 3, .paper_d_prod = 0.18}, {.codec = 4, .paper_d_prod = 0.047}};
   for (const Case& cs : cases) {
     const TbqCodec& c = kTbqCodecs[cs.codec];
     for (int d : kHeadDims) {
@@ -447,19 +365,20 @@ void expect_same_mse_part(const std::vector<float>& x, const std::vector<uint8_t
   }
 }
 
-void expect_encodes_agree(const TbqCodec& c, const std::vector<float>& x, const std::vector<uint8_t>& ref,
+template <int kMseBits, bool kHasSketch>
+void expect_encodes_agree(const std::vector<float>& x, const std::vector<uint8_t>& ref,
                           const std::vector<uint8_t>& opt) {
   if (ref == opt) return;
   const int d = int(x.size());
   bool mse_identical = false;
-  expect_same_mse_part(x, ref, opt, d, c.mse_bits, &mse_identical);
-  if (!c.has_sketch || !mse_identical) return;  // a different MSE code changes the whole residual
-  const size_t at = formats::turboquant::mse_block_bytes("test", d, c.mse_bits);
+  expect_same_mse_part(x, ref, opt, d, kMseBits, &mse_identical);
+  if (!kHasSketch || !mse_identical) return;  // a different MSE code changes the whole residual
+  const size_t at = formats::turboquant::mse_block_bytes("test", d, kMseBits);
   const float r = formats::turboquant::load_norm(ref.data() + at);
   EXPECT_NEAR(formats::turboquant::load_norm(opt.data() + at), r, 1e-3 * r);
   std::vector<float> y(d), y_mse(d), residual(d), sketch(d);
   formats::hadamard_rotate(x.data(), d, y.data());
-  formats::turboquant::decode_rotated(ref.data(), d, c.mse_bits, y_mse.data());
+  formats::turboquant::decode_rotated(ref.data(), d, kMseBits, y_mse.data());
   for (int i = 0; i < d; ++i) residual[i] = y[i] - y_mse[i];
   formats::qjl::project(residual.data(), d, d, sketch.data());
   for (int i = 0; i < d; ++i) {
@@ -469,42 +388,28 @@ void expect_encodes_agree(const TbqCodec& c, const std::vector<float>& x, const 
   }
 }
 
-void expect_optimized_matches_reference(const TbqCodec& c, int d, uint64_t seed) {
-  const KvCodecInfo& info = c.info();
-  const KvCodecOps &ref = *info.reference, &opt = c.optimized();
-  SeededRandom rng(seed);
-  for (int t = 0; t < 12; ++t) {
-    const std::vector<float> x = t % 2 ? gaussian(rng, d) : heavy_tailed_spread(rng, d), q = gaussian(rng, d);
-    const std::vector<uint8_t> block = encode(info, ref, x);
-    expect_encodes_agree(c, x, block, encode(info, opt, x));
-
-    const std::vector<float> pr = prepare(info, ref, q), po = prepare(info, opt, q);
-    for (size_t i = 0; i < pr.size(); ++i) ASSERT_NEAR(po[i], pr[i], 1e-5 * norm(q)) << "prepared " << i;
-    const std::vector<float> xr = decode(ref, block, d), xo = decode(opt, block, d);
-    for (int i = 0; i < d; ++i) ASSERT_EQ(xo[i], xr[i]) << "decode is exact (sparrow verify), element " << i;
-    EXPECT_NEAR(opt.score(pr.data(), block.data(), d), ref.score(pr.data(), block.data(), d),
-                1e-4 * norm(pr) * norm(xr));
-
-    std::vector<float> acc_r(info.accumulator_floats(d), 0.5f), acc_o = acc_r, out_r(d), out_o(d);
-    ref.accumulate(0.75f, block.data(), d, acc_r.data());
-    opt.accumulate(0.75f, block.data(), d, acc_o.data());
-    for (size_t i = 0; i < acc_r.size(); ++i) ASSERT_NEAR(acc_o[i], acc_r[i], 1e-4 * (1 + norm(xr))) << "acc " << i;
-    ref.finish(acc_r.data(), d, out_r.data());
-    opt.finish(acc_r.data(), d, out_o.data());
-    for (int i = 0; i < d; ++i) ASSERT_NEAR(out_o[i], out_r[i], 1e-4 * norm(out_r)) << "finish " << i;
-  }
+// The contract: scores and finishes within 1e-4 (float sums of rotated values), encode agreeing up to boundary
+// cases (expect_encodes_agree), the other optimized ops within float summation order of the reference.
+CodecCase tbq_case(KvCodec codec, const char* name, EncodeAgreement encodes_agree, int query_floats_per_dim) {
+  return {.codec = codec,
+          .name = name,
+          .query_floats_per_dim = query_floats_per_dim,  // [R q] or [R q, S R q]
+          .score_tolerance = 1e-4,
+          .agreement_vectors = 12,
+          .encodes_agree = encodes_agree,
+          .prepared_tolerance = 1e-5,
+          .score_agreement = 1e-4,
+          .accumulate_agreement = 1e-4,
+          .finish_agreement = 1e-4};
 }
 
-TEST(KvTurboQuant, OptimizedOpsMatchTheReferenceOnEverySimdTarget) {
-  for_each_simd_target([] {
-    for (const TbqCodec& c : kTbqCodecs) {
-      for (int d : kHeadDims) {
-        SCOPED_TRACE(std::string(c.info().name) + " d=" + std::to_string(d));
-        expect_optimized_matches_reference(c, d, 600 + d);
-      }
-    }
-  });
-}
+INSTANTIATE_TEST_SUITE_P(TurboQuant, KvCodecContract,
+                         testing::Values(tbq_case(KvCodec::TBQ2, "tbq2", expect_encodes_agree<2, false>, 1),
+                                         tbq_case(KvCodec::TBQ3, "tbq3", expect_encodes_agree<3, false>, 1),
+                                         tbq_case(KvCodec::TBQ4, "tbq4", expect_encodes_agree<4, false>, 1),
+                                         tbq_case(KvCodec::TBQ3P, "tbq3p", expect_encodes_agree<2, true>, 2),
+                                         tbq_case(KvCodec::TBQ4P, "tbq4p", expect_encodes_agree<3, true>, 2)),
+                         case_name);
 
 }  // namespace
 }  // namespace sparrow

@@ -32,7 +32,10 @@ using formats::KvCodec;
 using formats::KvCodecInfo;
 
 // The matrix the task asks for, written out here rather than read from AttentionShapes.
-const std::vector<HeadGroup> kSpecHeads = {{1, 1}, {4, 2}, {8, 1}, {8, 2}};
+const std::vector<HeadGroup> kSpecHeads = {{.n_heads = 1, .n_kv_heads = 1},
+                                           {.n_heads = 4, .n_kv_heads = 2},
+                                           {.n_heads = 8, .n_kv_heads = 1},
+                                           {.n_heads = 8, .n_kv_heads = 2}};
 const std::vector<int> kSpecKvLengths = {1, 7, 64, 512, 4097};
 
 std::vector<KvCodecInfo> codecs_of(std::initializer_list<KvCodec> list) {
@@ -207,7 +210,8 @@ TEST(VerifyAttention, ScaleOffByOneInTheHeadDimFailsTheReport) {
     cpu_kernels().attention(b);
   });
   Report report;
-  report.cells.push_back(Cell{"f16", Op::Encode, 64, 32, 32, 0.0, CellStatus::Passed, ""});
+  report.cells.push_back(Cell{.codec = "f16", .op = Op::Encode, .head_dim = 64, .passed = 32, .total = 32,
+                               .max_err = 0.0, .status = CellStatus::Passed});
   report.attention = run_attention_cells(backend, codecs_of({KvCodec::F16}));
   EXPECT_FALSE(report.all_passed());
   for (const AttentionCell& c : report.attention) {
@@ -278,7 +282,8 @@ TEST(VerifyAttention, ABackendWithoutAnAttentionKernelFailsEveryCell) {
 
 TEST(VerifyAttention, AFailingAttentionCellFailsTheReport) {
   Report report;
-  report.cells.push_back(Cell{"f16", Op::Encode, 64, 32, 32, 0.0, CellStatus::Passed, ""});
+  report.cells.push_back(Cell{.codec = "f16", .op = Op::Encode, .head_dim = 64, .passed = 32, .total = 32,
+                               .max_err = 0.0, .status = CellStatus::Passed});
   EXPECT_TRUE(report.all_passed());
   AttentionCell bad;
   bad.status = CellStatus::Failed;

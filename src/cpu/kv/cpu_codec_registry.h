@@ -1,42 +1,17 @@
 #pragma once
-// One entry per codec, defined in that codec's optimized file under src/cpu/kv/; cpu_kv_codecs.cpp lists them.
-// <codec>_ops: the codec's optimized ops. <codec>_expand: n consecutive blocks (block_bytes(d) apart) -> n rows
-// of query_floats(d) floats, row j = accumulate(1, block j) from zero (cpu_kv_codecs.h, ExpandBlocks); throws
-// sparrow::Error for an unsupported head dim.
-#include <cstdint>
-
+// One entry per codec family, defined in that family's optimized file under src/cpu/kv/; cpu_kv_codecs.cpp
+// lists the codecs. Each returns the codec's ops and expand (cpu_kv_codecs.h) on the SIMD target chosen at the
+// call (cpu/kv/dispatched_codec.h); every op throws sparrow::Error for an unsupported head dim.
+#include "cpu/kv/dispatched_codec.h"
 #include "formats/kv/kv_codec.h"
 
 namespace sparrow::cpu {
 
-const formats::KvCodecOps& f32_ops();     // stock_codecs.cpp
-const formats::KvCodecOps& f16_ops();
-const formats::KvCodecOps& bf16_ops();
-const formats::KvCodecOps& q8_0_ops();
-const formats::KvCodecOps& q4_0_ops();
-const formats::KvCodecOps& tbq2_ops();    // turboquant.cpp
-const formats::KvCodecOps& tbq3_ops();
-const formats::KvCodecOps& tbq4_ops();
-const formats::KvCodecOps& tbq3p_ops();   // turboquant_ip.cpp
-const formats::KvCodecOps& tbq4p_ops();
-const formats::KvCodecOps& tcq2_ops();    // trellis.cpp
-const formats::KvCodecOps& tcq3_ops();
-const formats::KvCodecOps& qjl_ops();     // qjl.cpp
-const formats::KvCodecOps& polar4_ops();  // polar.cpp
-
-void f32_expand(const uint8_t* blocks, int n, int d, float* rows);     // stock_codecs.cpp
-void f16_expand(const uint8_t* blocks, int n, int d, float* rows);
-void bf16_expand(const uint8_t* blocks, int n, int d, float* rows);
-void q8_0_expand(const uint8_t* blocks, int n, int d, float* rows);
-void q4_0_expand(const uint8_t* blocks, int n, int d, float* rows);
-void tbq2_expand(const uint8_t* blocks, int n, int d, float* rows);    // turboquant.cpp
-void tbq3_expand(const uint8_t* blocks, int n, int d, float* rows);
-void tbq4_expand(const uint8_t* blocks, int n, int d, float* rows);
-void tbq3p_expand(const uint8_t* blocks, int n, int d, float* rows);   // turboquant_ip.cpp
-void tbq4p_expand(const uint8_t* blocks, int n, int d, float* rows);
-void tcq2_expand(const uint8_t* blocks, int n, int d, float* rows);    // trellis.cpp
-void tcq3_expand(const uint8_t* blocks, int n, int d, float* rows);
-void qjl_expand(const uint8_t* blocks, int n, int d, float* rows);     // qjl.cpp
-void polar4_expand(const uint8_t* blocks, int n, int d, float* rows);  // polar.cpp
+const CodecKernels& stock_kernels(formats::KvCodec codec);  // stock_codecs.cpp: f32, f16, bf16, q8_0, q4_0
+const CodecKernels& tbq_kernels(int bits);                   // turboquant.cpp: tbq2, tbq3, tbq4
+const CodecKernels& tbq_prod_kernels(int bits);              // turboquant_ip.cpp: tbq3p, tbq4p
+const CodecKernels& tcq_kernels(int bits);                   // trellis.cpp: tcq2, tcq3
+const CodecKernels& qjl_kernels();                           // qjl.cpp
+const CodecKernels& polar4_kernels();                        // polar.cpp
 
 }  // namespace sparrow::cpu

@@ -5,50 +5,42 @@
 #include <string>
 
 #include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/dispatched_codec.h"
 #include "util/error.h"
 
 namespace sparrow::cpu {
 
-const formats::KvCodecOps& kv_codec_ops(formats::KvCodec codec) {
-  using formats::KvCodec;
-  switch (codec) {
-    case KvCodec::F16: return f16_ops();
-    case KvCodec::BF16: return bf16_ops();
-    case KvCodec::Q8_0: return q8_0_ops();
-    case KvCodec::Q4_0: return q4_0_ops();
-    case KvCodec::TBQ2: return tbq2_ops();
-    case KvCodec::TBQ3: return tbq3_ops();
-    case KvCodec::TBQ4: return tbq4_ops();
-    case KvCodec::TBQ3P: return tbq3p_ops();
-    case KvCodec::TBQ4P: return tbq4p_ops();
-    case KvCodec::TCQ2: return tcq2_ops();
-    case KvCodec::TCQ3: return tcq3_ops();
-    case KvCodec::QJL: return qjl_ops();
-    case KvCodec::POLAR4: return polar4_ops();
-    case KvCodec::F32: return f32_ops();
-  }
-  throw Error("kv_codec_ops: codec id " + std::to_string(int(codec)) + " is not a KV codec");
+void throw_unsupported_head_dim(std::string_view codec, const char* op, int d) {
+  throw Error("kv codec " + std::string(codec) + " " + op + ": head dim " + std::to_string(d) +
+              " is not supported (expected 64, 128, 256 or 512)");
 }
 
-ExpandBlocks kv_expand_blocks(formats::KvCodec codec) {
+namespace {
+
+const CodecKernels& kernels(formats::KvCodec codec) {
   using formats::KvCodec;
   switch (codec) {
-    case KvCodec::F16: return f16_expand;
-    case KvCodec::BF16: return bf16_expand;
-    case KvCodec::Q8_0: return q8_0_expand;
-    case KvCodec::Q4_0: return q4_0_expand;
-    case KvCodec::TBQ2: return tbq2_expand;
-    case KvCodec::TBQ3: return tbq3_expand;
-    case KvCodec::TBQ4: return tbq4_expand;
-    case KvCodec::TBQ3P: return tbq3p_expand;
-    case KvCodec::TBQ4P: return tbq4p_expand;
-    case KvCodec::TCQ2: return tcq2_expand;
-    case KvCodec::TCQ3: return tcq3_expand;
-    case KvCodec::QJL: return qjl_expand;
-    case KvCodec::POLAR4: return polar4_expand;
-    case KvCodec::F32: return f32_expand;
+    case KvCodec::F16:
+    case KvCodec::BF16:
+    case KvCodec::Q8_0:
+    case KvCodec::Q4_0:
+    case KvCodec::F32: return stock_kernels(codec);
+    case KvCodec::TBQ2: return tbq_kernels(2);
+    case KvCodec::TBQ3: return tbq_kernels(3);
+    case KvCodec::TBQ4: return tbq_kernels(4);
+    case KvCodec::TBQ3P: return tbq_prod_kernels(3);
+    case KvCodec::TBQ4P: return tbq_prod_kernels(4);
+    case KvCodec::TCQ2: return tcq_kernels(2);
+    case KvCodec::TCQ3: return tcq_kernels(3);
+    case KvCodec::QJL: return qjl_kernels();
+    case KvCodec::POLAR4: return polar4_kernels();
   }
-  throw Error("kv_expand_blocks: codec id " + std::to_string(int(codec)) + " is not a KV codec");
+  throw Error("kv codec id " + std::to_string(int(codec)) + " is not a KV codec");
 }
+
+}  // namespace
+
+const formats::KvCodecOps& kv_codec_ops(formats::KvCodec codec) { return kernels(codec).ops; }
+ExpandBlocks kv_expand_blocks(formats::KvCodec codec) { return kernels(codec).expand; }
 
 }  // namespace sparrow::cpu

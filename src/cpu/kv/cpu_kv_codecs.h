@@ -5,7 +5,8 @@
 
 namespace sparrow::cpu {
 
-// The optimized ops of a codec. Every codec has one: there is no "unsupported" entry.
+// The optimized ops of a codec. Every codec has one: there is no "unsupported" entry. They run on the SIMD
+// target chosen when this is called; a test that switches targets asks again.
 const formats::KvCodecOps& kv_codec_ops(formats::KvCodec codec);
 
 // Attention's batched view of a codec: n consecutive blocks (block_bytes(d) apart) -> n rows of the codec's

@@ -18,6 +18,9 @@
 
 #include <cmath>
 
+#include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/dispatched_codec.h"
+#include "formats/kv/codec_registry.h"
 #include "formats/kv/polar.h"
 #include "formats/kv/rotation.h"
 
@@ -293,78 +296,23 @@ void Polar4Expand(const uint8_t* blocks, int n, int d, float* rows) {
   for (int j = 0; j < n; ++j, blocks += block_bytes, rows += d) Polar4DecodeRotated(blocks, d, rows);
 }
 
+// Queries enter the rotated basis and output rows leave it through the shared scalar rotation.
+using Polar4Kernels = CheckedKernels<formats::polar4_codec, encode_rotating<Polar4EncodeRotated>,
+                                     decode_rotating<Polar4DecodeRotated>, formats::hadamard_rotate, Polar4Score,
+                                     Polar4Accumulate, formats::hadamard_unrotate, Polar4Expand>;
+
+// This target's kernels.
+const CodecKernels& Polar4CodecKernels() { return Polar4Kernels::kTable; }
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <array>
-#include <string>
-
-#include "cpu/kv/cpu_codec_registry.h"
-#include "util/error.h"
-
 namespace sparrow::cpu {
 
-HWY_EXPORT(Polar4EncodeRotated);
-HWY_EXPORT(Polar4DecodeRotated);
-HWY_EXPORT(Polar4Score);
-HWY_EXPORT(Polar4Accumulate);
-HWY_EXPORT(Polar4Expand);
+HWY_EXPORT(Polar4CodecKernels);
 
-namespace {
-
-void check_head_dim(const char* op, int d) {
-  if (!formats::kv_head_dim_supported(d)) {
-    throw Error(std::string("kv codec polar4 ") + op + ": head dim " + std::to_string(d) +
-                " is not supported (expected 64, 128, 256 or 512)");
-  }
-}
-
-// KvCodecOps holds plain function pointers; these check the head dim, rotate where the basis needs it, and
-// forward to the best target compiled in.
-void encode(const float* x, int d, uint8_t* block) {
-  check_head_dim("encode", d);
-  std::array<float, formats::polar::kMaxHeadDim> y;
-  formats::hadamard_rotate(x, d, y.data());
-  HWY_DYNAMIC_DISPATCH(Polar4EncodeRotated)(y.data(), d, block);
-}
-
-void decode(const uint8_t* block, int d, float* x) {
-  check_head_dim("decode", d);
-  HWY_DYNAMIC_DISPATCH(Polar4DecodeRotated)(block, d, x);
-  formats::hadamard_unrotate(x, d, x);
-}
-
-void prepare_query(const float* q, int d, float* prepared) {
-  check_head_dim("prepare_query", d);
-  formats::hadamard_rotate(q, d, prepared);
-}
-
-float score(const float* prepared, const uint8_t* block, int d) {
-  check_head_dim("score", d);
-  return HWY_DYNAMIC_DISPATCH(Polar4Score)(prepared, block, d);
-}
-
-void accumulate(float w, const uint8_t* block, int d, float* acc) {
-  check_head_dim("accumulate", d);
-  HWY_DYNAMIC_DISPATCH(Polar4Accumulate)(w, block, d, acc);
-}
-
-void finish(const float* acc, int d, float* out) {
-  check_head_dim("finish", d);
-  formats::hadamard_unrotate(acc, d, out);
-}
-
-constexpr formats::KvCodecOps kOps = {encode, decode, prepare_query, score, accumulate, finish};
-
-}  // namespace
-
-const formats::KvCodecOps& polar4_ops() { return kOps; }
-
-void polar4_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  check_head_dim("expand", d);
-  HWY_DYNAMIC_DISPATCH(Polar4Expand)(blocks, n, d, rows);
-}
+const CodecKernels& polar4_kernels() { return HWY_DYNAMIC_DISPATCH(Polar4CodecKernels)(); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -8,7 +8,10 @@
 
 #include <hwy/highway.h>
 
+#include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/dispatched_codec.h"
 #include "cpu/kv/turboquant-inl.h"
+#include "formats/kv/codec_registry.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace sparrow::cpu::HWY_NAMESPACE {
@@ -63,66 +66,21 @@ void QjlExpand(const uint8_t* blocks, int n, int d, float* rows) {
   }
 }
 
+using QjlKernels = CheckedKernels<formats::qjl_codec, QjlEncode, QjlDecode, QjlPrepareQuery, QjlScore, QjlAccumulate,
+                                  QjlFinish, QjlExpand>;
+
+// This target's kernels.
+const CodecKernels& QjlCodecKernels() { return QjlKernels::kTable; }
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include "cpu/kv/cpu_codec_registry.h"
-#include "formats/kv/codec_registry.h"
-
 namespace sparrow::cpu {
 
-HWY_EXPORT(QjlEncode);
-HWY_EXPORT(QjlDecode);
-HWY_EXPORT(QjlPrepareQuery);
-HWY_EXPORT(QjlScore);
-HWY_EXPORT(QjlAccumulate);
-HWY_EXPORT(QjlFinish);
-HWY_EXPORT(QjlExpand);
+HWY_EXPORT(QjlCodecKernels);
 
-namespace {
-
-// Head dims are checked here; the kernels trust d.
-void check(int d) {
-  if (!formats::kv_head_dim_supported(d)) formats::turboquant::check_head_dim("qjl", d);
-}
-
-void encode(const float* k, int d, uint8_t* block) {
-  check(d);
-  HWY_DYNAMIC_DISPATCH(QjlEncode)(k, d, block);
-}
-void decode(const uint8_t* block, int d, float* x) {
-  check(d);
-  HWY_DYNAMIC_DISPATCH(QjlDecode)(block, d, x);
-}
-void prepare_query(const float* q, int d, float* prepared) {
-  check(d);
-  HWY_DYNAMIC_DISPATCH(QjlPrepareQuery)(q, d, prepared);
-}
-float score(const float* prepared, const uint8_t* block, int d) {
-  check(d);
-  return HWY_DYNAMIC_DISPATCH(QjlScore)(prepared, block, d);
-}
-void accumulate(float w, const uint8_t* block, int d, float* acc) {
-  check(d);
-  HWY_DYNAMIC_DISPATCH(QjlAccumulate)(w, block, d, acc);
-}
-void finish(const float* acc, int d, float* out) {
-  check(d);
-  HWY_DYNAMIC_DISPATCH(QjlFinish)(acc, d, out);
-}
-
-}  // namespace
-
-void qjl_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  check(d);
-  HWY_DYNAMIC_DISPATCH(QjlExpand)(blocks, n, d, rows);
-}
-
-const formats::KvCodecOps& qjl_ops() {
-  static const formats::KvCodecOps table = {encode, decode, prepare_query, score, accumulate, finish};
-  return table;
-}
+const CodecKernels& qjl_kernels() { return HWY_DYNAMIC_DISPATCH(QjlCodecKernels)(); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -15,7 +15,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/dispatched_codec.h"
 #include "cpu/kv/hadamard-inl.h"
+#include "formats/kv/codec_registry.h"
 #include "formats/kv/kv_codec.h"
 #include "formats/weight_formats.h"
 
@@ -78,7 +81,14 @@ HWY_INLINE void StoreScale(float d, uint8_t* p) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// f32: d floats, stored as they are.
+// f32: d floats, stored as they are, in the plain basis (a prepared query is the query, a finished row the
+// accumulator).
+
+void CopyFloats(const float* in, int d, float* out) {
+  if (in != out) std::memmove(out, in, sizeof(float) * size_t(d));
+}
+void F32Encode(const float* x, int d, uint8_t* block) { std::memcpy(block, x, sizeof(float) * size_t(d)); }
+void F32Decode(const uint8_t* block, int d, float* x) { std::memcpy(x, block, sizeof(float) * size_t(d)); }
 
 float F32Score(const float* q, const uint8_t* block, int d) {
   return DotFloats(q, reinterpret_cast<const float*>(block), d);
@@ -93,124 +103,96 @@ void F32Accumulate(float w, const uint8_t* block, int d, float* acc) {
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// f16: d IEEE halves.
+// f16 and bf16: d 16-bit floats, in the plain basis. The two differ only in the conversion, so their ops are
+// one template over it: Format::Bits(df, v) rounds floats to 16-bit patterns (in int32 lanes, 0..0xFFFF) and
+// Format::Load(df, p) widens the patterns at p (any alignment) back to floats.
 
-// The 16-bit half of each float (in int32 lanes), rounded to nearest even like formats::f32_to_f16: NaN becomes
-// the canonical quiet NaN, anything that rounds past 65504 becomes infinity, tiny values become subnormals.
-HWY_INLINE VI F32ToF16Bits(DF df, VF v) {
-  const DI di;
-  const VI bits = hn::BitCast(di, v);
-  const VI magnitude = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
-  const VI sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(di, 0x8000));
-  // Normal: rebias the exponent and round the 13 dropped mantissa bits to nearest even.
-  const VI odd = hn::And(hn::ShiftRight<13>(magnitude), hn::Set(di, 1));
-  const VI normal =
-      hn::ShiftRight<13>(hn::Sub(hn::Add(hn::Add(magnitude, hn::Set(di, 0xFFF)), odd), hn::Set(di, 112 << 23)));
-  // Subnormal: adding 0.5 puts units of 2^-24 at the bottom of the float mantissa and lets the FPU round.
-  const VI shifted = hn::BitCast(di, hn::Add(hn::BitCast(df, magnitude), hn::Set(df, 0.5f)));
-  const VI subnormal = hn::Sub(shifted, hn::Set(di, 0x3F000000));
-  VI half = hn::IfThenElse(hn::Lt(magnitude, hn::Set(di, 0x38800000)), subnormal, normal);
-  half = hn::IfThenElse(hn::Gt(magnitude, hn::Set(di, 0x477FEFFF)), hn::Set(di, 0x7C00), half);
-  half = hn::IfThenElse(hn::Gt(magnitude, hn::Set(di, 0x7F800000)), hn::Set(di, 0x7E00), half);
-  return hn::Or(half, sign);
-}
-
-// Halves at p (any alignment) as floats. Every target's f16 -> f32 promotion is exact.
-HWY_INLINE VF LoadF16(DF df, const uint8_t* p) {
-  const hn::Rebind<hwy::float16_t, DF> dh;
-  return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
-}
-
-void F16Encode(const float* x, int d, uint8_t* block) {
-  const DF df;
-  const hn::Rebind<uint16_t, DF> du16;
-  const int N = int(hn::Lanes(df));
-  for (int i = 0; i < d; i += N) {
-    const VI half = F32ToF16Bits(df, hn::LoadU(df, x + i));
-    hn::StoreU(hn::DemoteTo(du16, half), du16, reinterpret_cast<uint16_t*>(block + 2 * i));
+// IEEE binary16, rounded to nearest even like formats::f32_to_f16: NaN becomes the canonical quiet NaN,
+// anything that rounds past 65504 becomes infinity, tiny values become subnormals.
+struct F16Format {
+  static VI Bits(DF df, VF v) {
+    const DI di;
+    const VI bits = hn::BitCast(di, v);
+    const VI magnitude = hn::And(bits, hn::Set(di, 0x7FFFFFFF));
+    const VI sign = hn::And(hn::ShiftRight<16>(bits), hn::Set(di, 0x8000));
+    // Normal: rebias the exponent and round the 13 dropped mantissa bits to nearest even.
+    const VI odd = hn::And(hn::ShiftRight<13>(magnitude), hn::Set(di, 1));
+    const VI normal =
+        hn::ShiftRight<13>(hn::Sub(hn::Add(hn::Add(magnitude, hn::Set(di, 0xFFF)), odd), hn::Set(di, 112 << 23)));
+    // Subnormal: adding 0.5 puts units of 2^-24 at the bottom of the float mantissa and lets the FPU round.
+    const VI shifted = hn::BitCast(di, hn::Add(hn::BitCast(df, magnitude), hn::Set(df, 0.5f)));
+    const VI subnormal = hn::Sub(shifted, hn::Set(di, 0x3F000000));
+    VI half = hn::IfThenElse(hn::Lt(magnitude, hn::Set(di, 0x38800000)), subnormal, normal);
+    half = hn::IfThenElse(hn::Gt(magnitude, hn::Set(di, 0x477FEFFF)), hn::Set(di, 0x7C00), half);
+    half = hn::IfThenElse(hn::Gt(magnitude, hn::Set(di, 0x7F800000)), hn::Set(di, 0x7E00), half);
+    return hn::Or(half, sign);
   }
-}
 
-void F16Decode(const uint8_t* block, int d, float* x) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  for (int i = 0; i < d; i += N) hn::StoreU(LoadF16(df, block + 2 * i), df, x + i);
-}
-
-float F16Score(const float* q, const uint8_t* block, int d) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  VF s0 = hn::Zero(df), s1 = hn::Zero(df);
-  for (int i = 0; i < d; i += 2 * N) {
-    s0 = hn::MulAdd(LoadF16(df, block + 2 * i), hn::LoadU(df, q + i), s0);
-    s1 = hn::MulAdd(LoadF16(df, block + 2 * (i + N)), hn::LoadU(df, q + i + N), s1);
+  // Every target's f16 -> f32 promotion is exact.
+  static VF Load(DF df, const uint8_t* p) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(p)));
   }
-  return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
-}
+};
 
-void F16Accumulate(float w, const uint8_t* block, int d, float* acc) {
-  const DF df;
-  const int N = int(hn::Lanes(df));
-  const VF weight = hn::Set(df, w);
-  for (int i = 0; i < d; i += N) {
-    hn::StoreU(hn::MulAdd(weight, LoadF16(df, block + 2 * i), hn::LoadU(df, acc + i)), df, acc + i);
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------------
 // bf16: the top halves of floats, rounded to nearest even (NaN kept quiet), like formats::f32_to_bf16.
 // Highway's bf16 demotion truncates, so the rounding is done here in integers.
+struct Bf16Format {
+  static VI Bits(DF df, VF v) {
+    const DU du;
+    const DI di;
+    const hn::Vec<DU> bits = hn::BitCast(du, v);
+    const hn::Vec<DU> high = hn::ShiftRight<16>(bits);
+    const hn::Vec<DU> rounded =
+        hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), hn::And(high, hn::Set(du, 1u))));
+    const auto is_nan = hn::Gt(hn::And(hn::BitCast(di, v), hn::Set(di, 0x7FFFFFFF)), hn::Set(di, 0x7F800000));
+    return hn::BitCast(di, hn::IfThenElse(hn::RebindMask(du, is_nan), hn::Or(high, hn::Set(du, 0x40u)), rounded));
+  }
 
-HWY_INLINE hn::Vec<DU> F32ToBf16Bits(DF df, VF v) {
-  const DU du;
-  const DI di;
-  const hn::Vec<DU> bits = hn::BitCast(du, v);
-  const hn::Vec<DU> high = hn::ShiftRight<16>(bits);
-  const hn::Vec<DU> rounded =
-      hn::ShiftRight<16>(hn::Add(hn::Add(bits, hn::Set(du, 0x7FFFu)), hn::And(high, hn::Set(du, 1u))));
-  const auto is_nan = hn::Gt(hn::And(hn::BitCast(di, v), hn::Set(di, 0x7FFFFFFF)), hn::Set(di, 0x7F800000));
-  return hn::IfThenElse(hn::RebindMask(du, is_nan), hn::Or(high, hn::Set(du, 0x40u)), rounded);
-}
+  static VF Load(DF df, const uint8_t* p) {
+    const hn::Rebind<uint16_t, DF> du16;
+    const hn::Vec<DU> wide = hn::PromoteTo(DU(), hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
+    return hn::BitCast(df, hn::ShiftLeft<16>(wide));
+  }
+};
 
-HWY_INLINE VF LoadBf16(DF df, const uint8_t* p) {
-  const hn::Rebind<uint16_t, DF> du16;
-  const hn::Vec<DU> wide = hn::PromoteTo(DU(), hn::LoadU(du16, reinterpret_cast<const uint16_t*>(p)));
-  return hn::BitCast(df, hn::ShiftLeft<16>(wide));
-}
-
-void Bf16Encode(const float* x, int d, uint8_t* block) {
+template <class Format>
+void HalfEncode(const float* x, int d, uint8_t* block) {
   const DF df;
   const hn::Rebind<uint16_t, DF> du16;
   const int N = int(hn::Lanes(df));
   for (int i = 0; i < d; i += N) {
-    const VI half = hn::BitCast(DI(), F32ToBf16Bits(df, hn::LoadU(df, x + i)));  // 0..0xFFFF
+    const VI half = Format::Bits(df, hn::LoadU(df, x + i));
     hn::StoreU(hn::DemoteTo(du16, half), du16, reinterpret_cast<uint16_t*>(block + 2 * i));
   }
 }
 
-void Bf16Decode(const uint8_t* block, int d, float* x) {
+template <class Format>
+void HalfDecode(const uint8_t* block, int d, float* x) {
   const DF df;
   const int N = int(hn::Lanes(df));
-  for (int i = 0; i < d; i += N) hn::StoreU(LoadBf16(df, block + 2 * i), df, x + i);
+  for (int i = 0; i < d; i += N) hn::StoreU(Format::Load(df, block + 2 * i), df, x + i);
 }
 
-float Bf16Score(const float* q, const uint8_t* block, int d) {
+template <class Format>
+float HalfScore(const float* q, const uint8_t* block, int d) {
   const DF df;
   const int N = int(hn::Lanes(df));
   VF s0 = hn::Zero(df), s1 = hn::Zero(df);
   for (int i = 0; i < d; i += 2 * N) {
-    s0 = hn::MulAdd(LoadBf16(df, block + 2 * i), hn::LoadU(df, q + i), s0);
-    s1 = hn::MulAdd(LoadBf16(df, block + 2 * (i + N)), hn::LoadU(df, q + i + N), s1);
+    s0 = hn::MulAdd(Format::Load(df, block + 2 * i), hn::LoadU(df, q + i), s0);
+    s1 = hn::MulAdd(Format::Load(df, block + 2 * (i + N)), hn::LoadU(df, q + i + N), s1);
   }
   return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
 }
 
-void Bf16Accumulate(float w, const uint8_t* block, int d, float* acc) {
+template <class Format>
+void HalfAccumulate(float w, const uint8_t* block, int d, float* acc) {
   const DF df;
   const int N = int(hn::Lanes(df));
   const VF weight = hn::Set(df, w);
   for (int i = 0; i < d; i += N) {
-    hn::StoreU(hn::MulAdd(weight, LoadBf16(df, block + 2 * i), hn::LoadU(df, acc + i)), df, acc + i);
+    hn::StoreU(hn::MulAdd(weight, Format::Load(df, block + 2 * i), hn::LoadU(df, acc + i)), df, acc + i);
   }
 }
 
@@ -382,170 +364,66 @@ void Q4_0Accumulate(float w, const uint8_t* block, int d, float* acc) {
 void WalshHadamard(const float* in, int d, float* out) { hadamard_simd::OrthonormalHadamard(in, d, out); }
 
 template <void (*Quantize)(const float*, int, uint8_t*)>
-HWY_INLINE void HadamardEncode(const float* x, int d, uint8_t* block) {
+void HadamardEncode(const float* x, int d, uint8_t* block) {
   float rotated[fmt::kMaxKvHeadDim];
   WalshHadamard(x, d, rotated);
   Quantize(rotated, d, block);
 }
 
 template <void (*Dequantize)(const uint8_t*, int, float*)>
-HWY_INLINE void HadamardDecode(const uint8_t* block, int d, float* x) {
+void HadamardDecode(const uint8_t* block, int d, float* x) {
   Dequantize(block, d, x);
   WalshHadamard(x, d, x);
 }
 
-void Q8_0HadamardEncode(const float* x, int d, uint8_t* b) { HadamardEncode<Q8_0Encode>(x, d, b); }
-void Q8_0HadamardDecode(const uint8_t* b, int d, float* x) { HadamardDecode<Q8_0Decode>(b, d, x); }
-void Q4_0HadamardEncode(const float* x, int d, uint8_t* b) { HadamardEncode<Q4_0Encode>(x, d, b); }
-void Q4_0HadamardDecode(const uint8_t* b, int d, float* x) { HadamardDecode<Q4_0Decode>(b, d, x); }
+// ---------------------------------------------------------------------------------------------------------
+// Expand: a stock codec's row is its dequantized head vector (for q8_0 and q4_0 still in the Hadamard basis;
+// f32 rows are the blocks themselves), and n blocks back to back are one run of n * d elements in the same
+// layout (q8_0 and q4_0: d / 32 weight blocks per head vector), so expanding them is dequantizing that run.
+
+template <void (*Dequantize)(const uint8_t*, int, float*)>
+void DequantizeRun(const uint8_t* blocks, int n, int d, float* rows) {
+  Dequantize(blocks, n * d, rows);
+}
 
 // ---------------------------------------------------------------------------------------------------------
-// Expand: a stock codec's row is its dequantized head vector (for q8_0 and q4_0 still in the Hadamard basis),
-// and n blocks back to back are one run of n * d elements in the same layout (q8_0 and q4_0: d / 32 weight
-// blocks per head vector), so expanding them is dequantizing that run (f32 rows are the blocks themselves: a
-// memcpy, below).
+// This target's kernels of each stock codec.
 
-void F16Expand(const uint8_t* blocks, int n, int d, float* rows) { F16Decode(blocks, n * d, rows); }
-void Bf16Expand(const uint8_t* blocks, int n, int d, float* rows) { Bf16Decode(blocks, n * d, rows); }
-void Q8_0Expand(const uint8_t* blocks, int n, int d, float* rows) { Q8_0Decode(blocks, n * d, rows); }
-void Q4_0Expand(const uint8_t* blocks, int n, int d, float* rows) { Q4_0Decode(blocks, n * d, rows); }
+template <const fmt::KvCodecInfo& (*kInfo)(), class Format>
+using HalfKernels = CheckedKernels<kInfo, HalfEncode<Format>, HalfDecode<Format>, CopyFloats, HalfScore<Format>,
+                                   HalfAccumulate<Format>, CopyFloats, DequantizeRun<HalfDecode<Format>>>;
+
+// q8_0 and q4_0 work in the Walsh-Hadamard basis: the query enters it and the output row leaves it through W.
+template <const fmt::KvCodecInfo& (*kInfo)(), void (*Quantize)(const float*, int, uint8_t*),
+          void (*Dequantize)(const uint8_t*, int, float*), float (*Score)(const float*, const uint8_t*, int),
+          void (*Accumulate)(float, const uint8_t*, int, float*)>
+using HadamardKernels = CheckedKernels<kInfo, HadamardEncode<Quantize>, HadamardDecode<Dequantize>, WalshHadamard,
+                                       Score, Accumulate, WalshHadamard, DequantizeRun<Dequantize>>;
+
+using F32Kernels = CheckedKernels<fmt::f32_codec, F32Encode, F32Decode, CopyFloats, F32Score, F32Accumulate,
+                                  CopyFloats, DequantizeRun<F32Decode>>;
+
+const CodecKernels& StockKernels(fmt::KvCodec codec) {
+  switch (codec) {
+    case fmt::KvCodec::F16: return HalfKernels<fmt::f16_codec, F16Format>::kTable;
+    case fmt::KvCodec::BF16: return HalfKernels<fmt::bf16_codec, Bf16Format>::kTable;
+    case fmt::KvCodec::Q8_0:
+      return HadamardKernels<fmt::q8_0_codec, Q8_0Encode, Q8_0Decode, Q8_0Score, Q8_0Accumulate>::kTable;
+    case fmt::KvCodec::Q4_0:
+      return HadamardKernels<fmt::q4_0_codec, Q4_0Encode, Q4_0Decode, Q4_0Score, Q4_0Accumulate>::kTable;
+    default: return F32Kernels::kTable;
+  }
+}
 
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <string>
-
-#include "cpu/kv/cpu_codec_registry.h"
-#include "util/error.h"
-
 namespace sparrow::cpu {
 
-HWY_EXPORT(F32Score);
-HWY_EXPORT(F32Accumulate);
-HWY_EXPORT(F16Encode);
-HWY_EXPORT(F16Decode);
-HWY_EXPORT(F16Score);
-HWY_EXPORT(F16Accumulate);
-HWY_EXPORT(Bf16Encode);
-HWY_EXPORT(Bf16Decode);
-HWY_EXPORT(Bf16Score);
-HWY_EXPORT(Bf16Accumulate);
-HWY_EXPORT(WalshHadamard);
-HWY_EXPORT(Q8_0HadamardEncode);
-HWY_EXPORT(Q8_0HadamardDecode);
-HWY_EXPORT(Q8_0Score);
-HWY_EXPORT(Q8_0Accumulate);
-HWY_EXPORT(Q4_0HadamardEncode);
-HWY_EXPORT(Q4_0HadamardDecode);
-HWY_EXPORT(Q4_0Score);
-HWY_EXPORT(Q4_0Accumulate);
-HWY_EXPORT(F16Expand);
-HWY_EXPORT(Bf16Expand);
-HWY_EXPORT(Q8_0Expand);
-HWY_EXPORT(Q4_0Expand);
+HWY_EXPORT(StockKernels);
 
-namespace {
-
-// f32, f16 and bf16 work in the plain basis: a prepared query is the query, a finished row is the accumulator.
-void copy_floats(const float* in, int d, float* out) {
-  if (in != out) std::memmove(out, in, sizeof(float) * size_t(d));
-}
-
-void copy_block(const float* x, int d, uint8_t* b) { std::memcpy(b, x, sizeof(float) * size_t(d)); }
-void copy_to_floats(const uint8_t* b, int d, float* x) { std::memcpy(x, b, sizeof(float) * size_t(d)); }
-
-// KvCodecOps holds plain function pointers; these forward to the best target compiled in.
-float f32_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(F32Score)(q, b, d); }
-void f32_accumulate(float w, const uint8_t* b, int d, float* a) {
-  HWY_DYNAMIC_DISPATCH(F32Accumulate)(w, b, d, a);
-}
-void f16_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(F16Encode)(x, d, b); }
-void f16_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(F16Decode)(b, d, x); }
-float f16_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(F16Score)(q, b, d); }
-void f16_accumulate(float w, const uint8_t* b, int d, float* a) {
-  HWY_DYNAMIC_DISPATCH(F16Accumulate)(w, b, d, a);
-}
-void bf16_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(Bf16Encode)(x, d, b); }
-void bf16_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(Bf16Decode)(b, d, x); }
-float bf16_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(Bf16Score)(q, b, d); }
-void bf16_accumulate(float w, const uint8_t* b, int d, float* a) {
-  HWY_DYNAMIC_DISPATCH(Bf16Accumulate)(w, b, d, a);
-}
-// q8_0 and q4_0 work in the Walsh-Hadamard basis: the query enters it and the output row leaves it through W.
-void walsh_hadamard(const float* in, int d, float* out) { HWY_DYNAMIC_DISPATCH(WalshHadamard)(in, d, out); }
-void q8_0_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(Q8_0HadamardEncode)(x, d, b); }
-void q8_0_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(Q8_0HadamardDecode)(b, d, x); }
-float q8_0_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(Q8_0Score)(q, b, d); }
-void q8_0_accumulate(float w, const uint8_t* b, int d, float* a) {
-  HWY_DYNAMIC_DISPATCH(Q8_0Accumulate)(w, b, d, a);
-}
-void q4_0_encode(const float* x, int d, uint8_t* b) { HWY_DYNAMIC_DISPATCH(Q4_0HadamardEncode)(x, d, b); }
-void q4_0_decode(const uint8_t* b, int d, float* x) { HWY_DYNAMIC_DISPATCH(Q4_0HadamardDecode)(b, d, x); }
-float q4_0_score(const float* q, const uint8_t* b, int d) { return HWY_DYNAMIC_DISPATCH(Q4_0Score)(q, b, d); }
-void q4_0_accumulate(float w, const uint8_t* b, int d, float* a) {
-  HWY_DYNAMIC_DISPATCH(Q4_0Accumulate)(w, b, d, a);
-}
-
-void check_head_dim(const char* codec, int d) {
-  if (!formats::kv_head_dim_supported(d)) {
-    throw Error(std::string("kv codec ") + codec + " expand: head dim " + std::to_string(d) +
-                " is not supported (expected 64, 128, 256 or 512)");
-  }
-}
-
-}  // namespace
-
-void f32_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  check_head_dim("f32", d);
-  std::memcpy(rows, blocks, sizeof(float) * size_t(n) * size_t(d));
-}
-void f16_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  check_head_dim("f16", d);
-  HWY_DYNAMIC_DISPATCH(F16Expand)(blocks, n, d, rows);
-}
-void bf16_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  check_head_dim("bf16", d);
-  HWY_DYNAMIC_DISPATCH(Bf16Expand)(blocks, n, d, rows);
-}
-void q8_0_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  check_head_dim("q8_0", d);
-  HWY_DYNAMIC_DISPATCH(Q8_0Expand)(blocks, n, d, rows);
-}
-void q4_0_expand(const uint8_t* blocks, int n, int d, float* rows) {
-  check_head_dim("q4_0", d);
-  HWY_DYNAMIC_DISPATCH(Q4_0Expand)(blocks, n, d, rows);
-}
-
-const formats::KvCodecOps& f32_ops() {
-  static const formats::KvCodecOps ops{copy_block, copy_to_floats, copy_floats,
-                                       f32_score,  f32_accumulate, copy_floats};
-  return ops;
-}
-
-const formats::KvCodecOps& f16_ops() {
-  static const formats::KvCodecOps ops{f16_encode, f16_decode,     copy_floats,
-                                       f16_score,  f16_accumulate, copy_floats};
-  return ops;
-}
-
-const formats::KvCodecOps& bf16_ops() {
-  static const formats::KvCodecOps ops{bf16_encode, bf16_decode,     copy_floats,
-                                       bf16_score,  bf16_accumulate, copy_floats};
-  return ops;
-}
-
-const formats::KvCodecOps& q8_0_ops() {
-  static const formats::KvCodecOps ops{q8_0_encode, q8_0_decode,     walsh_hadamard,
-                                       q8_0_score,  q8_0_accumulate, walsh_hadamard};
-  return ops;
-}
-
-const formats::KvCodecOps& q4_0_ops() {
-  static const formats::KvCodecOps ops{q4_0_encode, q4_0_decode,     walsh_hadamard,
-                                       q4_0_score,  q4_0_accumulate, walsh_hadamard};
-  return ops;
-}
+const CodecKernels& stock_kernels(formats::KvCodec codec) { return HWY_DYNAMIC_DISPATCH(StockKernels)(codec); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

@@ -22,6 +22,9 @@
 #include <cstring>
 #include <limits>
 
+#include "cpu/kv/cpu_codec_registry.h"
+#include "cpu/kv/dispatched_codec.h"
+#include "formats/kv/codec_registry.h"
 #include "formats/kv/rotation.h"
 #include "formats/kv/trellis.h"
 
@@ -273,98 +276,30 @@ void Expand(const tcq::Trellis& tr, const uint8_t* blocks, int n, int d, float* 
 void Tcq2Expand(const uint8_t* b, int n, int d, float* rows) { Expand<2, 8>(tcq::tcq2_trellis(), b, n, d, rows); }
 void Tcq3Expand(const uint8_t* b, int n, int d, float* rows) { Expand<3, 9>(tcq::tcq3_trellis(), b, n, d, rows); }
 
+// Queries enter the rotated basis and output rows leave it through the shared scalar rotation.
+template <const formats::KvCodecInfo& (*kInfo)(), void (*EncodeRotated)(float*, int, uint8_t*),
+          void (*DecodeRotated)(const uint8_t*, int, float*), float (*Score)(const float*, const uint8_t*, int),
+          void (*Accumulate)(float, const uint8_t*, int, float*), void (*Expand)(const uint8_t*, int, int, float*)>
+using TcqKernels = CheckedKernels<kInfo, encode_rotating<EncodeRotated>, decode_rotating<DecodeRotated>,
+                                  formats::hadamard_rotate, Score, Accumulate, formats::hadamard_unrotate, Expand>;
+
+// This target's kernels of the b-bit codec (b = 2 or 3).
+const CodecKernels& TcqCodecKernels(int bits) {
+  return bits == 2 ? TcqKernels<formats::tcq2_codec, Tcq2EncodeRotated, Tcq2DecodeRotated, Tcq2Score,
+                                Tcq2Accumulate, Tcq2Expand>::kTable
+                   : TcqKernels<formats::tcq3_codec, Tcq3EncodeRotated, Tcq3DecodeRotated, Tcq3Score,
+                                Tcq3Accumulate, Tcq3Expand>::kTable;
+}
+
 }  // namespace sparrow::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
-#include <array>
-
-#include "cpu/kv/cpu_codec_registry.h"
-
 namespace sparrow::cpu {
 
-HWY_EXPORT(Tcq2EncodeRotated);
-HWY_EXPORT(Tcq3EncodeRotated);
-HWY_EXPORT(Tcq2DecodeRotated);
-HWY_EXPORT(Tcq3DecodeRotated);
-HWY_EXPORT(Tcq2Score);
-HWY_EXPORT(Tcq3Score);
-HWY_EXPORT(Tcq2Accumulate);
-HWY_EXPORT(Tcq3Accumulate);
-HWY_EXPORT(Tcq2Expand);
-HWY_EXPORT(Tcq3Expand);
+HWY_EXPORT(TcqCodecKernels);
 
-namespace {
-
-namespace tcq = formats::tcq;
-
-// KvCodecOps holds plain function pointers; these check the head dim, rotate where the codec's basis needs it,
-// and forward to the best target compiled in.
-template <int kBits>
-const tcq::Trellis& trellis() {
-  return kBits == 2 ? tcq::tcq2_trellis() : tcq::tcq3_trellis();
-}
-
-template <int kBits>
-void encode(const float* x, int d, uint8_t* block) {
-  tcq::check_head_dim(trellis<kBits>(), "encode", d);
-  std::array<float, tcq::kMaxHeadDim> y;
-  formats::hadamard_rotate(x, d, y.data());
-  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2EncodeRotated)(y.data(), d, block);
-  else HWY_DYNAMIC_DISPATCH(Tcq3EncodeRotated)(y.data(), d, block);
-}
-
-template <int kBits>
-void decode(const uint8_t* block, int d, float* x) {
-  tcq::check_head_dim(trellis<kBits>(), "decode", d);
-  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2DecodeRotated)(block, d, x);
-  else HWY_DYNAMIC_DISPATCH(Tcq3DecodeRotated)(block, d, x);
-  formats::hadamard_unrotate(x, d, x);
-}
-
-template <int kBits>
-void prepare_query(const float* q, int d, float* prepared) {
-  tcq::check_head_dim(trellis<kBits>(), "prepare_query", d);
-  formats::hadamard_rotate(q, d, prepared);
-}
-
-template <int kBits>
-float score(const float* prepared, const uint8_t* block, int d) {
-  tcq::check_head_dim(trellis<kBits>(), "score", d);
-  return kBits == 2 ? HWY_DYNAMIC_DISPATCH(Tcq2Score)(prepared, block, d)
-                    : HWY_DYNAMIC_DISPATCH(Tcq3Score)(prepared, block, d);
-}
-
-template <int kBits>
-void accumulate(float w, const uint8_t* block, int d, float* acc) {
-  tcq::check_head_dim(trellis<kBits>(), "accumulate", d);
-  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2Accumulate)(w, block, d, acc);
-  else HWY_DYNAMIC_DISPATCH(Tcq3Accumulate)(w, block, d, acc);
-}
-
-template <int kBits>
-void finish(const float* acc, int d, float* out) {
-  tcq::check_head_dim(trellis<kBits>(), "finish", d);
-  formats::hadamard_unrotate(acc, d, out);
-}
-
-template <int kBits>
-void expand(const uint8_t* blocks, int n, int d, float* rows) {
-  tcq::check_head_dim(trellis<kBits>(), "expand", d);
-  if (kBits == 2) HWY_DYNAMIC_DISPATCH(Tcq2Expand)(blocks, n, d, rows);
-  else HWY_DYNAMIC_DISPATCH(Tcq3Expand)(blocks, n, d, rows);
-}
-
-template <int kBits>
-constexpr formats::KvCodecOps kOps = {encode<kBits>, decode<kBits>,     prepare_query<kBits>,
-                                      score<kBits>,  accumulate<kBits>, finish<kBits>};
-
-}  // namespace
-
-const formats::KvCodecOps& tcq2_ops() { return kOps<2>; }
-const formats::KvCodecOps& tcq3_ops() { return kOps<3>; }
-void tcq2_expand(const uint8_t* blocks, int n, int d, float* rows) { expand<2>(blocks, n, d, rows); }
-void tcq3_expand(const uint8_t* blocks, int n, int d, float* rows) { expand<3>(blocks, n, d, rows); }
+const CodecKernels& tcq_kernels(int bits) { return HWY_DYNAMIC_DISPATCH(TcqCodecKernels)(bits); }
 
 }  // namespace sparrow::cpu
 #endif  // HWY_ONCE

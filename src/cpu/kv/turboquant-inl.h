@@ -205,6 +205,14 @@ HWY_INLINE void MseAccumulate(float w, const uint8_t* block, int d, const fmt::L
   }
 }
 
+// The codebook of the b-bit quantizer for head dim d (one per sub-block size, looked up once per target).
+template <int kBits>
+HWY_INLINE const fmt::LloydMaxCodebook& MseCodebook(int d) {
+  static const fmt::LloydMaxCodebook& small = fmt::lloyd_max_codebook(64, kBits);
+  static const fmt::LloydMaxCodebook& large = fmt::lloyd_max_codebook(128, kBits);
+  return fmt::turboquant::sub_block_size(d) == 64 ? small : large;
+}
+
 // Bytes of an MSE block of d elements: d / n sub-blocks.
 HWY_INLINE size_t MseBlockBytes(int d, int bits) {
   const int n = fmt::turboquant::sub_block_size(d);

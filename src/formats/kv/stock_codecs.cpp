@@ -46,37 +46,26 @@ void f32_decode(const uint8_t* block, int d, float* x) {
   std::memcpy(x, block, sizeof(float) * size_t(d));
 }
 
-void f16_encode(const float* x, int d, uint8_t* block) {
-  check_head_dim("f16", d);
+// f16 and bf16: element i as 16 bits at bytes 2i..2i+1, one template over the conversion.
+constexpr char kF16Name[] = "f16";
+constexpr char kBf16Name[] = "bf16";
+
+template <const char* kName, uint16_t (*ToHalf)(float)>
+void halves_encode(const float* x, int d, uint8_t* block) {
+  check_head_dim(kName, d);
   for (int i = 0; i < d; ++i) {
-    const f16_bits h = f32_to_f16(x[i]);
+    const uint16_t h = ToHalf(x[i]);
     std::memcpy(block + 2 * i, &h, 2);
   }
 }
 
-void f16_decode(const uint8_t* block, int d, float* x) {
-  check_head_dim("f16", d);
+template <const char* kName, float (*FromHalf)(uint16_t)>
+void halves_decode(const uint8_t* block, int d, float* x) {
+  check_head_dim(kName, d);
   for (int i = 0; i < d; ++i) {
-    f16_bits h;
+    uint16_t h;
     std::memcpy(&h, block + 2 * i, 2);
-    x[i] = f16_to_f32(h);
-  }
-}
-
-void bf16_encode(const float* x, int d, uint8_t* block) {
-  check_head_dim("bf16", d);
-  for (int i = 0; i < d; ++i) {
-    const bf16_bits h = f32_to_bf16(x[i]);
-    std::memcpy(block + 2 * i, &h, 2);
-  }
-}
-
-void bf16_decode(const uint8_t* block, int d, float* x) {
-  check_head_dim("bf16", d);
-  for (int i = 0; i < d; ++i) {
-    bf16_bits h;
-    std::memcpy(&h, block + 2 * i, 2);
-    x[i] = bf16_to_f32(h);
+    x[i] = FromHalf(h);
   }
 }
 
@@ -146,8 +135,9 @@ constexpr KvCodecOps hadamard_ops() {
 }
 
 constexpr KvCodecOps kF32Ops = stock_ops<f32_encode, f32_decode>();
-constexpr KvCodecOps kF16Ops = stock_ops<f16_encode, f16_decode>();
-constexpr KvCodecOps kBf16Ops = stock_ops<bf16_encode, bf16_decode>();
+constexpr KvCodecOps kF16Ops = stock_ops<halves_encode<kF16Name, f32_to_f16>, halves_decode<kF16Name, f16_to_f32>>();
+constexpr KvCodecOps kBf16Ops =
+    stock_ops<halves_encode<kBf16Name, f32_to_bf16>, halves_decode<kBf16Name, bf16_to_f32>>();
 constexpr KvCodecOps kQ8_0Ops = hadamard_ops<TensorType::Q8_0>();
 constexpr KvCodecOps kQ4_0Ops = hadamard_ops<TensorType::Q4_0>();
 
@@ -157,36 +147,30 @@ size_t q8_0_bytes(int d) { return size_t(d / QK8_0) * sizeof(BlockQ8_0); }
 size_t q4_0_bytes(int d) { return size_t(d / QK4_0) * sizeof(BlockQ4_0); }
 size_t head_dim_floats(int d) { return size_t(d); }
 
+// Every stock codec stores keys and values alike and works on d floats per query and accumulator.
+constexpr KvCodecInfo stock_info(KvCodec codec, std::string_view name, size_t (*block_bytes)(int),
+                                 const KvCodecOps* reference) {
+  return {.codec = codec,
+          .name = name,
+          .keys_only = false,
+          .block_bytes = block_bytes,
+          .query_floats = head_dim_floats,
+          .accumulator_floats = head_dim_floats,
+          .reference = reference};
+}
+
+constexpr KvCodecInfo kF32Info = stock_info(KvCodec::F32, "f32", float_bytes, &kF32Ops);
+constexpr KvCodecInfo kF16Info = stock_info(KvCodec::F16, kF16Name, half_bytes, &kF16Ops);
+constexpr KvCodecInfo kBf16Info = stock_info(KvCodec::BF16, kBf16Name, half_bytes, &kBf16Ops);
+constexpr KvCodecInfo kQ8_0Info = stock_info(KvCodec::Q8_0, "q8_0", q8_0_bytes, &kQ8_0Ops);
+constexpr KvCodecInfo kQ4_0Info = stock_info(KvCodec::Q4_0, "q4_0", q4_0_bytes, &kQ4_0Ops);
+
 }  // namespace
 
-const KvCodecInfo& f32_codec() {
-  static const KvCodecInfo info{KvCodec::F32,    "f32",           false,   float_bytes,
-                                head_dim_floats, head_dim_floats, &kF32Ops};
-  return info;
-}
-
-const KvCodecInfo& f16_codec() {
-  static const KvCodecInfo info{KvCodec::F16,    "f16",           false,   half_bytes,
-                                head_dim_floats, head_dim_floats, &kF16Ops};
-  return info;
-}
-
-const KvCodecInfo& bf16_codec() {
-  static const KvCodecInfo info{KvCodec::BF16,   "bf16",          false,    half_bytes,
-                                head_dim_floats, head_dim_floats, &kBf16Ops};
-  return info;
-}
-
-const KvCodecInfo& q8_0_codec() {
-  static const KvCodecInfo info{KvCodec::Q8_0,   "q8_0",          false,    q8_0_bytes,
-                                head_dim_floats, head_dim_floats, &kQ8_0Ops};
-  return info;
-}
-
-const KvCodecInfo& q4_0_codec() {
-  static const KvCodecInfo info{KvCodec::Q4_0,   "q4_0",          false,    q4_0_bytes,
-                                head_dim_floats, head_dim_floats, &kQ4_0Ops};
-  return info;
-}
+const KvCodecInfo& f32_codec() { return kF32Info; }
+const KvCodecInfo& f16_codec() { return kF16Info; }
+const KvCodecInfo& bf16_codec() { return kBf16Info; }
+const KvCodecInfo& q8_0_codec() { return kQ8_0Info; }
+const KvCodecInfo& q4_0_codec() { return kQ4_0Info; }
 
 }  // namespace sparrow::formats
