@@ -27,6 +27,9 @@ std::string gemma3(const std::vector<ChatMessage>& messages, bool add_generation
     if (m.role == "user") { out += system; system.clear(); }
     out += m.content + "<end_of_turn>\n";
   }
+  // Text with no user turn left to open would vanish from the prompt without a word.
+  if (!system.empty()) throw Error("chat: a system message must be followed by a user message (Gemma 3 has no "
+                                   "system turn: the system text opens the next user turn)");
   if (add_generation_prompt) out += "<start_of_turn>model\n";
   return out;
 }
