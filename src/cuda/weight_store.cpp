@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "cuda/cuda_backend.h"
@@ -42,7 +43,7 @@ class CudaWeightStore final : public WeightStore {
   // Destructors do not throw: failures while releasing are ignored.
   ~CudaWeightStore() override {
     cudaDeviceSynchronize();
-    for (const auto& [host, copy] : uploads_) cudaFree(copy.device);
+    for (void* device : owned_) cudaFree(device);
     for (const auto& [begin, end] : registered_) cudaHostUnregister(reinterpret_cast<void*>(begin));
     cudaStreamDestroy(stream_);
   }
@@ -55,9 +56,11 @@ class CudaWeightStore final : public WeightStore {
     return placed;
   }
 
+  // Never deduplicated by address: the binder converts each vector in a temporary host buffer, so two vectors
+  // can arrive at the same address.
   const float* place_floats(const float* host, size_t n) override {
     if (!host || n == 0) return nullptr;
-    return static_cast<const float*>(upload(host, n * sizeof(float)));
+    return static_cast<const float*>(copy_to_device(host, n * sizeof(float)));
   }
 
   size_t device_bytes() const override { return device_bytes_; }
@@ -77,9 +80,21 @@ class CudaWeightStore final : public WeightStore {
     size_t bytes;
   };
 
+  // A matrix's device copy; tied matrices (the same file bytes placed twice) share one.
   const void* upload(const void* host, size_t bytes) {
     auto it = uploads_.find(host);
     if (it != uploads_.end() && it->second.bytes >= bytes) return it->second.device;
+    void* device = copy_to_device(host, bytes);
+    if (it != uploads_.end()) {
+      device_bytes_ -= it->second.bytes;
+      SPARROW_CUDA_CHECK(cudaFree(it->second.device));
+      owned_.erase(it->second.device);
+    }
+    uploads_[host] = {device, bytes};
+    return device;
+  }
+
+  void* copy_to_device(const void* host, size_t bytes) {
     void* device = nullptr;
     const cudaError_t status = cudaMalloc(&device, bytes);
     if (status != cudaSuccess) {
@@ -89,11 +104,7 @@ class CudaWeightStore final : public WeightStore {
     }
     SPARROW_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
     SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    if (it != uploads_.end()) {
-      device_bytes_ -= it->second.bytes;
-      SPARROW_CUDA_CHECK(cudaFree(it->second.device));
-    }
-    uploads_[host] = {device, bytes};
+    owned_.insert(device);
     device_bytes_ += bytes;
     return device;
   }
@@ -153,7 +164,8 @@ class CudaWeightStore final : public WeightStore {
   cudaStream_t stream_ = nullptr;
   bool read_only_registration_ = false;
   bool host_pointer_is_device_pointer_ = false;
-  std::unordered_map<const void*, DeviceCopy> uploads_;  // by host address
+  std::unordered_map<const void*, DeviceCopy> uploads_;  // matrices, by host address
+  std::unordered_set<void*> owned_;                       // every device copy (matrices and vectors)
   std::map<uintptr_t, uintptr_t> registered_;            // page-aligned [begin, end) spans, disjoint
   size_t device_bytes_ = 0;
   size_t mapped_bytes_ = 0;

@@ -348,6 +348,23 @@ TEST(CudaWeightStore, UploadsMatricesAndVectorsOnceAndCountsTheirBytes) {
   EXPECT_NE(text.find("of weights"), std::string::npos) << text;
 }
 
+// The model binder converts each norm vector in a temporary host buffer, so consecutive vectors can arrive at
+// the same host address with different values: each must get its own device copy (this once gave every norm of
+// a model the first norm's values).
+TEST(CudaWeightStore, VectorsFromOneReusedHostBufferStayDistinct) {
+  SPARROW_REQUIRE_GPU();
+  std::unique_ptr<WeightStore> store = make_cuda_weight_store(0);
+  std::vector<float> buffer = random_floats(256, 44);
+  const std::vector<float> first = buffer;
+  const float* a = store->place_floats(buffer.data(), buffer.size());
+  buffer = random_floats(256, 45);
+  const float* b = store->place_floats(buffer.data(), buffer.size());
+  EXPECT_NE(a, b);
+  const std::vector<uint8_t> a_bytes = device_bytes(a, 256 * 4), b_bytes = device_bytes(b, 256 * 4);
+  EXPECT_EQ(std::memcmp(a_bytes.data(), first.data(), a_bytes.size()), 0);
+  EXPECT_EQ(std::memcmp(b_bytes.data(), buffer.data(), b_bytes.size()), 0);
+}
+
 // Host-resident weights: two matrices sharing a page of a read-only, private file mapping (as the GGUF reader
 // maps a model); kernels read them in place over the bus.
 TEST(CudaWeightStore, MapsReadOnlyFilePagesForKernels) {
