@@ -160,7 +160,7 @@ void launch_gemv(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, co
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Prefill path: panels of W dequantized to f32, multiplied with cuBLAS in TF32 on tensor cores.
+// Prefill path: panels of W dequantized to f32, multiplied with cuBLAS in full fp32.
 
 constexpr size_t kPanelBytes = size_t(64) << 20;  // dequantized rows per GEMM: bounds the scratch
 constexpr int kThreads = 256;
@@ -184,19 +184,19 @@ unsigned grid_for(int64_t work_items) {
 }
 
 // y[t][o] (row stride ldy) = sum_i a[o][i] x[t][i] for o < rows: column-major, Y^T = A^T-as-stored times X.
-void gemm_tf32(MatmulContext& ctx, const float* a, int64_t rows, int64_t n_in, const float* x, int64_t n_tokens,
+void gemm_f32(MatmulContext& ctx, const float* a, int64_t rows, int64_t n_in, const float* x, int64_t n_tokens,
                float* y, int64_t ldy) {
   const float alpha = 1.0f, beta = 0.0f;
   SPARROW_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n_tokens), int(n_in),
                                     &alpha, a, CUDA_R_32F, int(n_in), x, CUDA_R_32F, int(n_in), &beta, y,
-                                    CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+                                    CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
 template <TensorType T>
 void gemm_through_panels(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, const float* x,
                          int64_t n_tokens, float* y) {
   if constexpr (T == TensorType::F32) {
-    gemm_tf32(ctx, static_cast<const float*>(w.data), w.n_out, w.n_in, x, n_tokens, y, w.n_out);
+    gemm_f32(ctx, static_cast<const float*>(w.data), w.n_out, w.n_in, x, n_tokens, y, w.n_out);
   } else {
     const int64_t panel_rows = std::clamp<int64_t>(int64_t(kPanelBytes / sizeof(float)) / w.n_in, 1, w.n_out);
     float* panel = ctx.panel(size_t(panel_rows * w.n_in));
@@ -205,7 +205,7 @@ void gemm_through_panels(MatmulContext& ctx, const WeightMatrix& w, size_t row_b
       dequantize_rows_kernel<T><<<grid_for(rows * (w.n_in / kRunElements)), kThreads, 0, ctx.stream()>>>(
           static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, r0, rows, panel);
       SPARROW_CUDA_CHECK_LAUNCH();
-      gemm_tf32(ctx, panel, rows, w.n_in, x, n_tokens, y + r0, w.n_out);
+      gemm_f32(ctx, panel, rows, w.n_in, x, n_tokens, y + r0, w.n_out);
     }
   }
 }

@@ -126,12 +126,11 @@ std::vector<float> dequantized(TensorType type, const std::vector<uint8_t>& byte
 //    32nd run of 8 elements, so it sums at most 8 * ceil(n_in / 256) products in sequence (one rounding each in
 //    an fmaf), then 5 shuffle levels add the lanes: at most that many + 5 roundings of 2^-24 along any path (the
 //    classic gamma_n bound of recursive summation), with 1% slack.
-//  - GEMM (TF32 tensor cores): each of w and x is rounded to 10 mantissa bits (relative error <= 2^-10 even if
-//    truncated), so each product is off by <= 2^-9 relative; fp32 accumulation in cuBLAS's order adds at most
-//    n_in roundings of 2^-24.
+//  - GEMM (cuBLAS, full fp32): exact products of the decoded weights, fp32 accumulation in cuBLAS's order adds
+//    at most n_in roundings of 2^-24 (blocked summation does better; this is the plain recursive bound).
 double relative_bound(int64_t n_in, int64_t n_tokens) {
   if (n_tokens <= kMaxGemvTokens) return double(8 * ((n_in + 255) / 256) + 5) * 0x1.0p-24 * 1.01;
-  return 0x1.0p-9 + double(n_in) * 0x1.0p-24;
+  return double(n_in + 1) * 0x1.0p-24;
 }
 
 struct Shape {

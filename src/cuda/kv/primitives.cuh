@@ -28,8 +28,11 @@ __device__ inline float load_f16(const uint8_t* p) {
   return __half2float(__ushort_as_half(uint16_t(p[0] | p[1] << 8)));
 }
 
+// The empty asm makes `bits` opaque: nvcc 13.0 on sm_90 folded uint8_t(__half_as_ushort(__float2half_rn(v))) into
+// a float-to-u8 conversion of v itself (seen on an H200: 7.54 stored its low byte as 0x07, not 0x8a).
 __device__ inline void store_f16(float value, uint8_t* p) {
-  const uint16_t bits = __half_as_ushort(__float2half_rn(value));
+  uint16_t bits = __half_as_ushort(__float2half_rn(value));
+  asm("" : "+h"(bits));
   p[0] = uint8_t(bits);
   p[1] = uint8_t(bits >> 8);
 }
