@@ -426,7 +426,7 @@ TEST(KvStock, SameBlocksAsGgmlsQuantizers) {
 // and q4_0's fp16 scales, amax / 127 and amax / 8 of the Hadamard transform (whose largest element of this
 // test's vector is about 6.4 times its magnitude), hold 1e5 and 1e4.
 INSTANTIATE_TEST_SUITE_P(Stock, KvCodecContract,
-                         testing::Values(CodecCase{.codec = KvCodec::F32, .name = "f32"},
+                         ::testing::Values(CodecCase{.codec = KvCodec::F32, .name = "f32"},
                                          CodecCase{.codec = KvCodec::F16, .name = "f16", .finite_magnitude = 6e4f},
                                          CodecCase{.codec = KvCodec::BF16, .name = "bf16"},
                                          CodecCase{.codec = KvCodec::Q8_0, .name = "q8_0", .finite_magnitude = 1e5f},

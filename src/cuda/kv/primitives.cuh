@@ -28,12 +28,13 @@ __device__ inline float load_f16(const uint8_t* p) {
   return __half2float(__ushort_as_half(uint16_t(p[0] | p[1] << 8)));
 }
 
-// The empty asm makes `bits` opaque: nvcc 13.0 on sm_90 folded uint8_t(__half_as_ushort(__float2half_rn(v))) into
-// a float-to-u8 conversion of v itself (seen on an H200: 7.54 stored its low byte as 0x07, not 0x8a).
+// The bits pass through a volatile local: nvcc 13.0 for sm_90 folded uint8_t(__half_as_ushort(__float2half_rn(v)))
+// into a float-to-u8 conversion of v itself (seen on an H200: 7.54 stored its low byte as 0x07, not 0x8a; an
+// empty asm barrier did not stop it). A 16-bit store of the same bits was right, so the fold is in the byte
+// extraction, which now reads from memory.
 __device__ inline void store_f16(float value, uint8_t* p) {
-  uint16_t bits = __half_as_ushort(__float2half_rn(value));
-  asm("" : "+h"(bits));
-  p[0] = uint8_t(bits);
+  volatile uint16_t bits = __half_as_ushort(__float2half_rn(value));
+  p[0] = uint8_t(bits & 0xFFu);
   p[1] = uint8_t(bits >> 8);
 }
 
