@@ -198,6 +198,9 @@ __device__ inline void softmax_tile(const Params& p, const Work& w, int rows, in
     const float correction = any ? __expf(old_max - new_max) : 1.0f;  // 0 when old_max is -inf
     const float tile_sum = warp_sum(weight);
     if (lane < keys) smem[s.weights + r * keys + lane] = weight;
+    // Every lane read row_max above; shuffles order no memory, so the warp meets before lane 0 overwrites it
+    // (compute-sanitizer racecheck on the H200 flagged this read/write pair).
+    __syncwarp();
     if (lane == 0) {
       smem[s.row_max + r] = new_max;
       smem[s.row_sum + r] = smem[s.row_sum + r] * correction + tile_sum;
