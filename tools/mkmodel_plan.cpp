@@ -136,7 +136,8 @@ void add_gemma3_metadata(const ModelConfig& config, MetadataKeys& keys) {
   if (config.final_softcap != 0) keys.f32("final_logit_softcapping", config.final_softcap);
 }
 
-// The order of Gemma4Model.set_gguf_parameters. KV-shared layers are the last attention.shared_kv_layers ones.
+// The key order of the Hugging Face converter for Gemma 4 (docs/mkmodel.md). KV-shared layers are the last
+// attention.shared_kv_layers ones.
 void add_gemma4_metadata(const ModelConfig& config, MetadataKeys& keys) {
   const auto n_shared = std::count_if(config.layers.begin(), config.layers.end(),
                                       [](const LayerConfig& layer) { return !layer.owns_kv; });
@@ -206,7 +207,7 @@ class TensorPlanner {
  private:
   // Gemma 4 global layers: "proportional" RoPE with partial_rotary_factor 0.25. ggml's NEOX rope rotates dims
   // (i, i + d/2) with frequency base^(-2i/d) / freq_factor[i]; factors of 1e30 freeze all but the first 1/4 of
-  // the pairs, as the converter's Gemma4Model.generate_extra_tensors writes them.
+  // the pairs, as the Hugging Face converter writes them (docs/gemma.md).
   static Fill rope_freqs(int32_t n_rot) {
     const int32_t n_pairs = n_rot / 2;
     const int32_t n_rotated = static_cast<int32_t>(n_rot * 0.25 / 2);

@@ -8,7 +8,7 @@ namespace sparrow::formats {
 void hadamard_rotate(const float* x, int d, float* y);    // y = R x   (x and y may alias)
 void hadamard_unrotate(const float* y, int d, float* x);  // x = R^T y (may alias)
 // The plain orthonormal Walsh-Hadamard transform W = H / sqrt(d) (Sylvester order, no signs): the rotation
-// llama.cpp applies to Q, K and V before its quantized KV types (llama-kv-cache.cpp, ggml_gen_hadamard), which
+// llama.cpp applies to Q, K and V before its quantized KV types (docs/kv-codecs.md), which
 // the q8_0 and q4_0 codecs reproduce. W is symmetric and its own inverse. x and y may alias.
 void walsh_hadamard_orthonormal(const float* x, int d, float* y);
 // The ±1 diagonals for head dim d (d floats each), e.g. for optimized kernels that fuse the transform.
