@@ -56,9 +56,15 @@ std::vector<bool> gemma3_sliding_layers(const gguf::File& file, const Keys& keys
   std::vector<bool> sliding(n_layer, false);
   if (keys.u32_or("attention.sliding_window", 0) == 0) return sliding;
   if (file.find(keys.key("attention.sliding_window_pattern")) &&
-      file.find(keys.key("attention.sliding_window_pattern"))->type == gguf::ValueType::ARRAY)
-    return file.get_bool_array(keys.key("attention.sliding_window_pattern"));
-  int32_t period = keys.u32_or("attention.sliding_window_pattern", 6);
+      file.find(keys.key("attention.sliding_window_pattern"))->type == gguf::ValueType::ARRAY) {
+    std::vector<bool> pattern = file.get_bool_array(keys.key("attention.sliding_window_pattern"));
+    if (int64_t(pattern.size()) != n_layer)
+      keys.fail("attention.sliding_window_pattern", std::to_string(pattern.size()) + " entries for " +
+                                                        std::to_string(n_layer) + " layers");
+    return pattern;
+  }
+  const int64_t period = keys.u32_or("attention.sliding_window_pattern", 6);
+  if (period < 1) keys.fail("attention.sliding_window_pattern", "a period of 0 layers");
   for (int32_t il = 0; il < n_layer; ++il) sliding[il] = il % period < period - 1;
   return sliding;
 }

@@ -27,16 +27,27 @@ const fs::path& tiny_gemma4() {
   return path;
 }
 
+const fs::path& tiny_gemma3() {
+  static const fs::path path = [] {
+    fs::path p = fs::temp_directory_path() / ("sparrow-model-load-g3-" + std::to_string(::getpid()) + ".gguf");
+    auto r = testing::run_sparrow("mkmodel --arch gemma3 --preset tiny --type q8_0 --seed 3 -o " + p.string());
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return p;
+  }();
+  return path;
+}
+
 struct Edit {
   std::set<std::string> drop_keys;
   std::set<std::string> drop_tensors;
   std::function<void(gguf::Writer&)> add;
   std::string reshape_tensor;  // written with its last row dropped
+  const fs::path* source = nullptr;  // the model edited: tiny_gemma4() unless given
 };
 
 // Copies the tiny model with an edit applied and returns the new path.
 fs::path edited_copy(const std::string& name, const Edit& edit) {
-  auto src = gguf::File::open(tiny_gemma4().string());
+  auto src = gguf::File::open((edit.source ? *edit.source : tiny_gemma4()).string());
   gguf::Writer w;
   for (const auto& [key, value] : src->metadata())
     if (!edit.drop_keys.count(key)) w.set_value(key, value);
@@ -147,6 +158,22 @@ TEST(ModelLoad, KvHeadsThatDoNotDivideHeads) {
            w.set_u32("gemma4.attention.head_count_kv", 3);
          }, ""};
   expect_load_error(edited_copy("kv-heads.gguf", e), "gemma4.attention.head_count_kv");
+}
+
+// Gemma 3's sliding-layer pattern: an array must have one entry per layer, a period must be at least 1 (a short
+// array was read past its end; a period of 0 divided by zero).
+TEST(ModelLoad, Gemma3SlidingPatternOfTheWrongLength) {
+  Edit e{.drop_keys = {"gemma3.attention.sliding_window_pattern"},
+         .add = [](gguf::Writer& w) { w.set_array_bool("gemma3.attention.sliding_window_pattern", {true, false}); },
+         .source = &tiny_gemma3()};
+  expect_load_error(edited_copy("g3-short-pattern.gguf", e), "gemma3.attention.sliding_window_pattern");
+}
+
+TEST(ModelLoad, Gemma3SlidingPatternPeriodZero) {
+  Edit e{.drop_keys = {"gemma3.attention.sliding_window_pattern"},
+         .add = [](gguf::Writer& w) { w.set_u32("gemma3.attention.sliding_window_pattern", 0); },
+         .source = &tiny_gemma3()};
+  expect_load_error(edited_copy("g3-period-zero.gguf", e), "gemma3.attention.sliding_window_pattern");
 }
 
 TEST(ModelLoad, TokenizerMissing) {
