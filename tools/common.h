@@ -1,6 +1,7 @@
 #pragma once
 // What the `sparrow` subcommands share: model discovery and loading with a progress bar, context options,
-// and streaming generation with speed statistics. Everything goes through the C API.
+// and streaming generation with speed statistics. Everything goes through the C API, except finding the default
+// model (src/runtime/resources.h, shared with the tests).
 #include <CLI/CLI.hpp>
 #include <string>
 #include <vector>

@@ -1,6 +1,6 @@
 #pragma once
 // Whether this process can use a CUDA GPU, and which. Built only with the CUDA backend; everything else asks
-// through make_backend (src/ops/backend.h), which says why when it cannot.
+// through make_backend (src/runtime/backends.h), which says why when it cannot.
 #include <cstddef>
 #include <string>
 

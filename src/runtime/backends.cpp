@@ -15,6 +15,8 @@ std::optional<Device> parse_device(std::string_view name) {
   return std::nullopt;
 }
 
+std::vector<std::string> device_names() { return {device_name(Device::Cpu), device_name(Device::Cuda)}; }
+
 const char* device_name(Device device) { return device == Device::Cpu ? "cpu" : "cuda"; }
 
 std::string device_unavailable_reason(Device device) {

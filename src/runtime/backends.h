@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ops/backend.h"
 
@@ -12,6 +13,8 @@ namespace sparrow {
 enum class Device { Cpu, Cuda };
 
 std::optional<Device> parse_device(std::string_view name);
+// Every device's name, in order: "cpu", "cuda".
+std::vector<std::string> device_names();
 const char* device_name(Device device);
 // "" when this build and machine can run on the device; otherwise one line saying why.
 std::string device_unavailable_reason(Device device);

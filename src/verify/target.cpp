@@ -63,7 +63,7 @@ class GuardedSlot {
 
 }  // namespace
 
-std::vector<std::string> backend_names() { return {"cpu", "cuda"}; }
+std::vector<std::string> backend_names() { return device_names(); }
 
 Target make_target(std::string_view name) {
   const std::optional<Device> device = parse_device(name);

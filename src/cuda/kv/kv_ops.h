@@ -1,6 +1,6 @@
 #pragma once
-// The KV codec ops on device buffers, batched like verify::Backend's (src/verify/backend.h: same arguments, same
-// semantics, device pointers instead of host ones), each a few kernel launches on `stream`. Every op throws
+// The KV codec ops on device buffers, batched as Backend::kv_encode .. kv_finish declare them (src/ops/backend.h:
+// same arguments, same semantics), each a few kernel launches on `stream`. Every op throws
 // sparrow::Error, before touching the device, for a head dim other than 64, 128, 256, 512, a negative count or
 // a null buffer. Like the references, qjl (keys only) runs its V ops too; refusing it as a V cache is the
 // cache's check (KvCodecInfo::keys_only).
