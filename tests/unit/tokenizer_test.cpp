@@ -25,10 +25,13 @@
 
 #include "gguf/gguf.h"
 #include "runtime/resources.h"
+#include "strict_utf8.h"
 #include "util/error.h"
 
 namespace sparrow {
 namespace {
+
+using testing::is_valid_utf8;
 
 using Ids = std::vector<int32_t>;
 const std::string kSpace = "\xE2\x96\x81";  // U+2581, how these vocabularies spell ' '
@@ -75,24 +78,6 @@ std::string show(const Ids& ids) {
 
 std::string escaped(const std::string& text) {
   return nlohmann::json(text).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
-
-// Strict UTF-8: no overlong forms, surrogates or code points past U+10FFFF.
-bool is_valid_utf8(const std::string& s) {
-  for (size_t i = 0; i < s.size();) {
-    const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[i + k]); };
-    const unsigned char c = byte(0);
-    const size_t n = c < 0x80 ? 1 : c >= 0xC2 && c <= 0xDF ? 2 : (c >> 4) == 0xE ? 3 : c >= 0xF0 && c <= 0xF4 ? 4 : 0;
-    if (n == 0 || i + n > s.size()) return false;
-    for (size_t k = 1; k < n; ++k) {
-      if ((byte(k) & 0xC0) != 0x80) return false;
-    }
-    if ((c == 0xE0 && byte(1) < 0xA0) || (c == 0xED && byte(1) >= 0xA0) || (c == 0xF0 && byte(1) < 0x90) ||
-        (c == 0xF4 && byte(1) >= 0x90))
-      return false;
-    i += n;
-  }
-  return true;
 }
 
 // decode(encode(s)) == s holds for UTF-8 text without a literal "▁" (which decodes as ' '). Broken UTF-8 need
