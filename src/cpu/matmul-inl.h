@@ -866,21 +866,17 @@ void GemmRows(const MatmulJob& job, const PackedTokens& x, int64_t row_begin, in
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Activation quantization: per group of `group` elements, scale = max|x| / 127, q = round(x / scale); and per
-// 32 elements, scale * sum(q), for the offset terms.
+// Activation quantization, ggml's (formats/activation_blocks.h has the per-group arithmetic): per group of
+// `group` elements a scale and 8-bit values; per 32 elements the offset term of activation_sum32.
 
-void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, int group, bool q8_1_sums, int16_t* q,
+void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::ActivationFormat format, int16_t* q,
                     float* scale, float* scaled_sum32) {
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
   const int64_t N = int64_t(hn::Lanes(df));
+  const int group = fmt::activation_group(format);
   const int64_t n_groups = n_in / group;
-  // ggml's activation blocks, so that products match llama.cpp's bit for bit up to summation order:
-  // Q8_0/Q8_1 (32): d = amax/127 stored as f16, q = round(x * 127/amax); Q8_1 (for Q4_1/Q5_1 weights, whose
-  // block minimum multiplies it) also stores s = f16(d * sum q); the Q4_0/Q5_0 kernels' offset term needs the
-  // exact f16(d) * sum q instead. Q8_K (256): iscale = 127/amax, q = round(x * iscale), d = 1/iscale in f32.
-  const bool f16_scales = group == 32;
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = x + t * n_in;
     int16_t* qt = q + t * n_in;
@@ -888,23 +884,18 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, int group, b
       const float* xg = xt + g * group;
       auto vmax = hn::Zero(df);
       for (int64_t i = 0; i < group; i += N) vmax = hn::Max(vmax, hn::Abs(hn::LoadU(df, xg + i)));
-      const float amax = hn::GetLane(hn::MaxOfLanes(df, vmax));
-      const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-      const float d = f16_scales ? amax / 127.0f : (amax != 0.0f ? 1.0f / inverse : 0.0f);
-      const auto inv = hn::Set(df, inverse);
-      scale[t * n_groups + g] = f16_scales ? fmt::f16_to_f32(fmt::f32_to_f16(d)) : d;
-      for (int64_t s = 0; s < group; s += 32) {
+      const fmt::ActivationGroupScale s = fmt::activation_group_scale(format, hn::GetLane(hn::MaxOfLanes(df, vmax)));
+      const auto inv = hn::Set(df, s.inverse);
+      scale[t * n_groups + g] = s.scale;
+      for (int64_t k = 0; k < group; k += 32) {
         auto vsum = hn::Zero(di);
-        for (int64_t i = s; i < s + 32; i += N) {
+        for (int64_t i = k; i < k + 32; i += N) {
           const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xg + i), inv));
           vsum = hn::Add(vsum, qi);
           hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
         }
-        const float sum = float(hn::GetLane(hn::SumOfLanes(di, vsum)));
-        scaled_sum32[t * (n_in / 32) + (g * group + s) / 32] =
-            !f16_scales ? d * sum
-            : q8_1_sums ? fmt::f16_to_f32(fmt::f32_to_f16(d * sum))
-                        : scale[t * n_groups + g] * sum;
+        scaled_sum32[t * (n_in / 32) + (g * group + k) / 32] =
+            fmt::activation_sum32(format, s, int(hn::GetLane(hn::SumOfLanes(di, vsum))));
       }
     }
   }

@@ -49,8 +49,9 @@ struct ActivationScratch {
   size_t q_capacity = 0;
 
   // Prompts are quantized in parallel, in chunks of tokens.
-  QuantizedTokens quantize(ThreadPool& pool, const float* x, int64_t n_in, int64_t n_tokens, int group,
-                           bool q8_1_sums) {
+  QuantizedTokens quantize(ThreadPool& pool, const float* x, int64_t n_in, int64_t n_tokens,
+                           formats::ActivationFormat format) {
+    const int group = formats::activation_group(format);
     const size_t n = size_t(n_in * n_tokens);
     if (n > q_capacity) {
       q = hwy::AllocateAligned<int16_t>(n);
@@ -66,7 +67,7 @@ struct ActivationScratch {
     const int64_t chunk = std::max<int64_t>(1, 16384 / n_in);  // tokens per task: ~64 KiB of floats
     pool.parallel_for((n_tokens + chunk - 1) / chunk, [&](int64_t task, int) {
       const int64_t t0 = task * chunk, n = std::min(chunk, n_tokens - t0);
-      quantize_tokens(x + t0 * n_in, n_in, n, group, q8_1_sums, q.get() + t0 * n_in, scale.data() + t0 * groups,
+      quantize_tokens(x + t0 * n_in, n_in, n, format, q.get() + t0 * n_in, scale.data() + t0 * groups,
                       scaled_sum32.data() + t0 * sums);
     });
     return QuantizedTokens{group, q.get(), scale.data(), scaled_sum32.data()};
@@ -75,10 +76,7 @@ struct ActivationScratch {
   std::vector<float> rounded;
   const float* round_to(formats::ActivationFormat format, const float* x, int64_t n) {
     rounded.resize(size_t(n));
-    if (format == formats::ActivationFormat::F16)
-      for (int64_t i = 0; i < n; ++i) rounded[i] = formats::f16_to_f32(formats::f32_to_f16(x[i]));
-    else
-      for (int64_t i = 0; i < n; ++i) rounded[i] = formats::bf16_to_f32(formats::f32_to_bf16(x[i]));
+    formats::round_activations(format, x, n, rounded.data());
     return rounded.data();
   }
 
@@ -172,9 +170,8 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_t
   }
   MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, n_tokens, x, {}, y};
   int64_t n_gemm = 0;
-  if (const int group = formats::activation_group(activation); group != 0) {
-    const bool q8_1_sums = activation == formats::ActivationFormat::Q8_1;
-    job.xq = scratch.quantize(pool, x, w.n_in, n_tokens, group, q8_1_sums);
+  if (formats::activation_group(activation) != 0) {
+    job.xq = scratch.quantize(pool, x, w.n_in, n_tokens, activation);
     const int64_t per_vector = int64_t(HWY_DYNAMIC_DISPATCH(GemmTokensPerVector)());
     const int64_t per_tile = per_vector * kGemmVectorsPerTile;
     if (per_tile > 0 && n_tokens >= per_tile) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 
+#include "cuda/activations.h"
 #include "cuda/cuda_check.h"
 #include "formats/weight_formats.h"
 #include "util/error.h"
@@ -160,7 +161,8 @@ void launch_gemv(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, co
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Prefill path: panels of W dequantized to f32, multiplied with cuBLAS in full fp32.
+// Prefill path: cuBLAS. F16 / BF16 weights as they are, on tensor cores; the rest through panels of W
+// dequantized to f32, in full fp32.
 
 constexpr size_t kPanelBytes = size_t(64) << 20;  // dequantized rows per GEMM: bounds the scratch
 constexpr int kThreads = 256;
@@ -183,29 +185,33 @@ unsigned grid_for(int64_t work_items) {
   return unsigned(std::clamp<int64_t>((work_items + kThreads - 1) / kThreads, 1, int64_t(1) << 20));
 }
 
-// y[t][o] (row stride ldy) = sum_i a[o][i] x[t][i] for o < rows: column-major, Y^T = A^T-as-stored times X.
-void gemm_f32(MatmulContext& ctx, const float* a, int64_t rows, int64_t n_in, const float* x, int64_t n_tokens,
-               float* y, int64_t ldy) {
+// y[t][o] (row stride ldy) = sum_i a[o][i] x[t][i] for o < rows, a and x of cuBLAS element type `type`, fp32
+// accumulation: column-major, Y^T = A^T-as-stored times X.
+void gemm(MatmulContext& ctx, cudaDataType_t type, const void* a, int64_t rows, int64_t n_in, const void* x,
+          int64_t n_tokens, float* y, int64_t ldy) {
   const float alpha = 1.0f, beta = 0.0f;
   SPARROW_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n_tokens), int(n_in),
-                                    &alpha, a, CUDA_R_32F, int(n_in), x, CUDA_R_32F, int(n_in), &beta, y,
-                                    CUDA_R_32F, int(ldy), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                    &alpha, a, type, int(n_in), x, type, int(n_in), &beta, y, CUDA_R_32F, int(ldy),
+                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// x_half: the activations' f16 / bf16 encodings (F16 / BF16 weights), else null; x: the rounded floats.
 template <TensorType T>
 void gemm_through_panels(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, const float* x,
-                         int64_t n_tokens, float* y) {
+                         const uint16_t* x_half, int64_t n_tokens, float* y) {
   if constexpr (T == TensorType::F32) {
-    gemm_f32(ctx, static_cast<const float*>(w.data), w.n_out, w.n_in, x, n_tokens, y, w.n_out);
+    gemm(ctx, CUDA_R_32F, w.data, w.n_out, w.n_in, x, n_tokens, y, w.n_out);
+  } else if constexpr (T == TensorType::F16 || T == TensorType::BF16) {
+    gemm(ctx, T == TensorType::F16 ? CUDA_R_16F : CUDA_R_16BF, w.data, w.n_out, w.n_in, x_half, n_tokens, y, w.n_out);
   } else {
     const int64_t panel_rows = std::clamp<int64_t>(int64_t(kPanelBytes / sizeof(float)) / w.n_in, 1, w.n_out);
-    float* panel = ctx.panel(size_t(panel_rows * w.n_in));
+    float* panel = ctx.panel.get<float>(size_t(panel_rows * w.n_in));
     for (int64_t r0 = 0; r0 < w.n_out; r0 += panel_rows) {
       const int64_t rows = std::min(panel_rows, w.n_out - r0);
       dequantize_rows_kernel<T><<<grid_for(rows * (w.n_in / kRunElements)), kThreads, 0, ctx.stream()>>>(
           static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, r0, rows, panel);
       SPARROW_CUDA_CHECK_LAUNCH();
-      gemm_f32(ctx, panel, rows, w.n_in, x, n_tokens, y + r0, w.n_out);
+      gemm(ctx, CUDA_R_32F, panel, rows, w.n_in, x, n_tokens, y + r0, w.n_out);
     }
   }
 }
@@ -255,6 +261,23 @@ size_t checked_row_bytes(const char* what, const WeightMatrix& w) {
 
 }  // namespace
 
+DeviceScratch::~DeviceScratch() {
+  // Destructors do not throw: a failure to release at teardown has nobody left to report to.
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+void* DeviceScratch::bytes(size_t n) {
+  if (n > size_) {
+    // cudaFree waits for the device, so work still reading the old buffer finishes first.
+    if (data_ != nullptr) SPARROW_CUDA_CHECK(cudaFree(data_));
+    data_ = nullptr;
+    size_ = 0;
+    SPARROW_CUDA_CHECK(cudaMalloc(&data_, n));
+    size_ = n;
+  }
+  return data_;
+}
+
 MatmulContext::MatmulContext(cudaStream_t stream) : stream_(stream) {
   SPARROW_CUBLAS_CHECK(cublasCreate(&cublas_));
   const cublasStatus_t status = cublasSetStream(cublas_, stream_);
@@ -264,23 +287,7 @@ MatmulContext::MatmulContext(cudaStream_t stream) : stream_(stream) {
   }
 }
 
-MatmulContext::~MatmulContext() {
-  // Destructors do not throw: a failure to release at teardown has nobody left to report to.
-  if (panel_ != nullptr) cudaFree(panel_);
-  cublasDestroy(cublas_);
-}
-
-float* MatmulContext::panel(size_t n_floats) {
-  if (n_floats > panel_floats_) {
-    // cudaFree waits for the device, so work still reading the old panel finishes first.
-    if (panel_ != nullptr) SPARROW_CUDA_CHECK(cudaFree(panel_));
-    panel_ = nullptr;
-    panel_floats_ = 0;
-    SPARROW_CUDA_CHECK(cudaMalloc(&panel_, n_floats * sizeof(float)));
-    panel_floats_ = n_floats;
-  }
-  return panel_;
-}
+MatmulContext::~MatmulContext() { cublasDestroy(cublas_); }
 
 void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
   formats::visit_weight_type(w.type, "cuda::matmul", [&](auto type) {
@@ -291,10 +298,27 @@ void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n
     }
     if (n_tokens == 0) return;
     if (x == nullptr || y == nullptr) throw Error("cuda::matmul: null activations or output");
+    // The activations as the CPU multiplies them with this weight type (activations.h).
+    constexpr formats::ActivationFormat kActivation = formats::find_weight_format(T)->activation;
+    const bool half_gemm = (T == TensorType::F16 || T == TensorType::BF16) && n_tokens > kMaxGemvTokens;
+    const float* rounded = x;
+    const uint16_t* half = nullptr;
+    if constexpr (kActivation != formats::ActivationFormat::F32) {
+      const size_t n = size_t(n_tokens * w.n_in);
+      ActivationOutputs out;
+      if (half_gemm) {
+        out.half = ctx.activation_bits.get<uint16_t>(n);
+      } else {
+        out.rounded = ctx.activations.get<float>(n);
+      }
+      quantize_activations(ctx.stream(), kActivation, x, n_tokens, w.n_in, out);
+      rounded = out.rounded;
+      half = out.half;
+    }
     if (n_tokens <= kMaxGemvTokens) {
-      launch_gemv<T>(ctx, w, row_bytes, x, n_tokens, y);
+      launch_gemv<T>(ctx, w, row_bytes, rounded, n_tokens, y);
     } else {
-      gemm_through_panels<T>(ctx, w, row_bytes, x, n_tokens, y);
+      gemm_through_panels<T>(ctx, w, row_bytes, rounded, half, n_tokens, y);
     }
   });
 }

@@ -3,13 +3,17 @@
 // the same WeightBlock<T>::decode_run the reference dequantization uses.
 //
 // Two paths, chosen by the number of tokens:
+// Activations are first put in the form the CPU multiplies each weight type with (activations.h: rounded to
+// f16 / bf16 for those weights, ggml's 8-bit groups for block types), so both backends multiply the same
+// numbers and differ only in summation order. Then two paths, chosen by the number of tokens:
 //  - decode (n_tokens <= kMaxGemvTokens): a GEMV that reads each weight byte once: one warp per output row,
 //    the row staged through shared memory with 16-byte loads, activations in shared memory, fp32 products and
 //    accumulation, warp-shuffle reduction. Weights are decoded exactly (bit for bit as on the CPU reference).
-//  - prefill: cuBLAS over panels of W dequantized to f32 by a Sparrow kernel, in full fp32
-//    (CUBLAS_COMPUTE_32F). Not TF32: on an H200 its 10-bit inputs moved a float-weight model's logits by 3e-3
-//    of max|logit| against the CPU, three times the parity budget (scripts/gpu-e2e, 2026-12-03); tensor-core
-//    prefill with that precision kept is the CUDA speed issue's work. Error bound: tests/gpu/matmul_test.cpp.
+//  - prefill: f16 and bf16 weights go to cuBLAS as they are, against the activations' 16-bit encodings, on
+//    tensor cores with fp32 accumulation (the products of two halves are exact in fp32). Other types: cuBLAS
+//    over panels of W dequantized to f32 by a Sparrow kernel, in full fp32 (CUBLAS_COMPUTE_32F). Not TF32: on
+//    an H200 its 10-bit inputs moved a float-weight model's logits by 3e-3 of max|logit| against the CPU, three
+//    times the parity budget (scripts/gpu-e2e, 2026-12-03). Error bounds: tests/gpu/matmul_test.cpp.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -23,7 +27,26 @@ namespace sparrow::cuda {
 // Products of up to this many tokens take the GEMV; more take the tensor-core GEMM.
 constexpr int64_t kMaxGemvTokens = 8;
 
-// Per-stream state for matrix products: cuBLAS handle, scratch for dequantized panels.
+// Device memory that grows on demand and is kept across calls.
+class DeviceScratch {
+ public:
+  DeviceScratch() = default;
+  ~DeviceScratch();
+  DeviceScratch(const DeviceScratch&) = delete;
+  DeviceScratch& operator=(const DeviceScratch&) = delete;
+  // At least n elements of T; valid until the next call.
+  template <class T>
+  T* get(size_t n) {
+    return static_cast<T*>(bytes(n * sizeof(T)));
+  }
+
+ private:
+  void* bytes(size_t n);
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// Per-stream state for matrix products: cuBLAS handle and scratch (dequantized panels, converted activations).
 class MatmulContext {
  public:
   explicit MatmulContext(cudaStream_t stream);
@@ -33,14 +56,11 @@ class MatmulContext {
 
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
-  // Device scratch of at least n_floats floats, kept (and grown) across calls; valid until the next call.
-  float* panel(size_t n_floats);
+  DeviceScratch panel, activations, activation_bits, activation_scales, activation_sums;
 
  private:
   cudaStream_t stream_;
   cublasHandle_t cublas_ = nullptr;
-  float* panel_ = nullptr;
-  size_t panel_floats_ = 0;
 };
 
 // y[t][o] = sum_i W[o][i] * x[t][i]. w.data: device memory, or host memory mapped into the device's address

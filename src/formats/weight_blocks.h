@@ -73,6 +73,33 @@ SPARROW_HOST_DEVICE inline float f16_to_f32(f16_bits h) {
 
 SPARROW_HOST_DEVICE inline float bf16_to_f32(bf16_bits h) { return float_from_bits(uint32_t(h) << 16); }
 
+// Float to half, rounded to nearest even like ggml's GGML_FP32_TO_FP16 (and the GPU's __float2half_rn); NaN
+// becomes the canonical quiet NaN, magnitudes that round past 65504 become inf.
+SPARROW_HOST_DEVICE inline f16_bits f32_to_f16(float f) {
+  const uint32_t bits = bits_of_float(f);
+  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
+  const uint32_t magnitude = bits & 0x7FFFFFFF;
+  if (magnitude > 0x7F800000u) return uint16_t(sign | 0x7E00);
+  if (magnitude >= 0x477FF000u) return uint16_t(sign | 0x7C00);
+  if (magnitude < 0x38800000u) {
+    // Below the smallest normal half (2^-14): a subnormal, in units of 2^-24, rounded to nearest even.
+    // Adding 0.5 (2^-1) puts the units at the bottom of the float mantissa and lets the FPU round.
+    const float shifted = float_from_bits(magnitude) + 0.5f;
+    return uint16_t(sign | (bits_of_float(shifted) - bits_of_float(0.5f)));
+  }
+  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to nearest even.
+  const uint32_t odd = (magnitude >> 13) & 1;
+  const uint32_t rounded = magnitude + 0xFFF + odd;
+  return uint16_t(sign | ((rounded - (112u << 23)) >> 13));
+}
+
+// Float to bfloat16, rounded to nearest even; NaN stays a (quiet) NaN. Like ggml.
+SPARROW_HOST_DEVICE inline bf16_bits f32_to_bf16(float f) {
+  const uint32_t bits = bits_of_float(f);
+  if ((bits & 0x7FFFFFFF) > 0x7F800000u) return uint16_t((bits >> 16) | 0x0040);
+  return uint16_t((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
+}
+
 // a * b + c with the product rounded to float before the add, never one fused multiply-add: ggml's reference
 // dequantization rounds twice, and bit-exactness with it depends on that. Two statements keep clang (contract
 // "on") from fusing; GCC is kept from it by fp-contract=off in the including file (weight_formats.cpp); CUDA's

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <vector>
 
 namespace sparrow::formats {
 namespace {
@@ -194,33 +195,6 @@ void quantize_k_scales_and_levels(const float* x, Block& b, int n_max, uint8_t l
 }
 
 }  // namespace
-
-// ---------------------------------------------------------------------------------------------------------
-// Half and bfloat16 (float -> half here; half -> float is weight_blocks.h's, shared with the GPU).
-
-f16_bits f32_to_f16(float f) {
-  const uint32_t bits = bits_of_float(f);
-  const uint16_t sign = uint16_t((bits >> 16) & 0x8000);
-  const uint32_t magnitude = bits & 0x7FFFFFFF;
-  if (magnitude > 0x7F800000u) return uint16_t(sign | 0x7E00);  // NaN -> canonical quiet NaN
-  if (magnitude >= 0x477FF000u) return uint16_t(sign | 0x7C00);  // rounds past 65504 -> inf
-  if (magnitude < 0x38800000u) {
-    // Below the smallest normal half (2^-14): a subnormal, in units of 2^-24, rounded to nearest even.
-    // Adding 0.5 (2^-1) puts the units at the bottom of the float mantissa and lets the FPU round.
-    const float shifted = float_from_bits(magnitude) + 0.5f;
-    return uint16_t(sign | (bits_of_float(shifted) - bits_of_float(0.5f)));
-  }
-  // Normal: rebias the exponent (127 -> 15) and round the 13 dropped mantissa bits to nearest even.
-  const uint32_t odd = (magnitude >> 13) & 1;
-  const uint32_t rounded = magnitude + 0xFFF + odd;
-  return uint16_t(sign | ((rounded - (112u << 23)) >> 13));
-}
-
-bf16_bits f32_to_bf16(float f) {
-  const uint32_t bits = bits_of_float(f);
-  if ((bits & 0x7FFFFFFF) > 0x7F800000u) return uint16_t((bits >> 16) | 0x0040);  // quiet the NaN
-  return uint16_t((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16);
-}
 
 namespace detail {
 
@@ -418,6 +392,65 @@ int64_t checked_block_count(const char* what, const WeightFormat& format, int64_
 }
 
 }  // namespace
+
+// ---------------------------------------------------------------------------------------------------------
+// Activations.
+
+namespace {
+
+int checked_activation_group(ActivationFormat format, int64_t n, const char* what) {
+  const int group = activation_group(format);
+  if (group == 0) throw Error(std::string(what) + ": not an 8-bit activation format");
+  if (n < 0 || n % group != 0) {
+    throw Error(std::string(what) + ": " + std::to_string(n) + " activations is not a multiple of the " +
+                std::to_string(group) + "-element group");
+  }
+  return group;
+}
+
+}  // namespace
+
+void quantize_activations(ActivationFormat format, const float* x, int64_t n, int8_t* q, float* scale,
+                          float* sum32) {
+  const int group = checked_activation_group(format, n, "quantize_activations");
+  for (int64_t g = 0; g < n / group; ++g) {
+    const float* xg = x + g * group;
+    float amax = 0.0f;
+    for (int i = 0; i < group; ++i) amax = std::max(amax, std::fabs(xg[i]));
+    const ActivationGroupScale s = activation_group_scale(format, amax);
+    scale[g] = s.scale;
+    for (int k = 0; k < group; k += 32) {
+      int sum = 0;
+      for (int i = k; i < k + 32; ++i) {
+        const int level = quantize_activation(s, xg[i]);
+        q[g * group + i] = int8_t(level);
+        sum += level;
+      }
+      sum32[(g * group + k) / 32] = activation_sum32(format, s, sum);
+    }
+  }
+}
+
+void round_activations(ActivationFormat format, const float* x, int64_t n, float* out) {
+  switch (format) {
+    case ActivationFormat::F32:
+      std::copy(x, x + n, out);
+      return;
+    case ActivationFormat::F16:
+      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(f32_to_f16(x[i]));
+      return;
+    case ActivationFormat::BF16:
+      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(f32_to_bf16(x[i]));
+      return;
+    default:
+      break;
+  }
+  const int group = checked_activation_group(format, n, "round_activations");
+  std::vector<int8_t> q(static_cast<size_t>(n));
+  std::vector<float> scale(size_t(n / group)), sum32(size_t(n / 32));
+  quantize_activations(format, x, n, q.data(), scale.data(), sum32.data());
+  for (int64_t i = 0; i < n; ++i) out[i] = scale[size_t(i / group)] * float(q[size_t(i)]);
+}
 
 const WeightFormat& weight_format(TensorType type, const char* what) {
   const WeightFormat* format = find_weight_format(type);

@@ -9,35 +9,12 @@
 #include <type_traits>
 #include <utility>
 
+#include "formats/activation_blocks.h"
 #include "formats/weight_blocks.h"
 #include "gguf/tensor_types.h"
 #include "util/error.h"
 
 namespace sparrow::formats {
-
-f16_bits f32_to_f16(float f);   // round to nearest even, like ggml's GGML_FP32_TO_FP16
-bf16_bits f32_to_bf16(float f);  // round to nearest even, NaN kept quiet, like ggml
-
-// What the CPU multiplies a weight type's rows with: the activations as they are, rounded to the weight's
-// float type, or quantized to 8 bits per element the way ggml does it (its vec_dot_type), so that products
-// match llama.cpp's.
-enum class ActivationFormat : uint8_t {
-  F32,   // as they are (f32 weights)
-  F16,   // rounded to f16 (f16 weights)
-  BF16,  // rounded to bf16 (bf16 weights)
-  Q8_0,  // per 32 elements: an f16 scale max|x| / 127 and 8-bit values
-  Q8_1,  // Q8_0 plus, per 32, f16(scale * sum of the values) (weights with a block minimum: Q4_1, Q5_1)
-  Q8_K,  // per 256 elements: a float scale 1 / (127 / max|x|) and 8-bit values (the K-quants)
-};
-
-// Elements per activation scale of a quantized activation format, 0 for the float ones.
-constexpr int activation_group(ActivationFormat a) {
-  switch (a) {
-    case ActivationFormat::Q8_0: case ActivationFormat::Q8_1: return 32;
-    case ActivationFormat::Q8_K: return 256;
-    default: return 0;
-  }
-}
 
 struct WeightFormat {
   TensorType type;
@@ -48,6 +25,15 @@ struct WeightFormat {
   void (*dequantize_row)(const void* src, float* dst, int64_t n);
   void (*quantize_row)(const float* src, void* dst, int64_t n);
 };
+
+// Reference (scalar) activation quantization of n elements of one token, n a multiple of the format's group
+// (activation_blocks.h describes the formats): q[i], scale[g] and sum32[j] as the CPU kernels compute them.
+// Only for the 8-bit formats.
+void quantize_activations(ActivationFormat format, const float* x, int64_t n, int8_t* q, float* scale,
+                          float* sum32);
+// Reference rounding of n activations to what the CPU multiplies weights with: x itself (F32), x rounded to f16
+// or bf16, or scale * q of the 8-bit formats.
+void round_activations(ActivationFormat format, const float* x, int64_t n, float* out);
 
 namespace detail {
 // The reference conversions the table points to (weight_formats.cpp).

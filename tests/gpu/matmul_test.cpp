@@ -1,8 +1,12 @@
 // CUDA matmul and get_rows for every weight format, against a host reference written here: formats::dequantize_row
-// (itself bit-exact with ggml, tests/unit/weight_formats_test.cpp) followed by a double-precision dot product.
+// (itself bit-exact with ggml, tests/unit/weight_formats_test.cpp) followed by a double-precision dot product with
+// the activations as the CPU multiplies them (formats::round_activations: rounded to f16 / bf16, or ggml's
+// 8-bit groups), which the GPU must reproduce; and the GPU's activation quantization against the reference's bits.
 // Every case logs its format, shape, token count and the largest error seen relative to its bound, so that a
 // log from a GPU machine says how much room each bound leaves.
 #include "cuda/matmul.h"
+
+#include "cuda/activations.h"
 
 #include <cuda_runtime.h>
 
@@ -126,8 +130,9 @@ std::vector<float> dequantized(TensorType type, const std::vector<uint8_t>& byte
 //    32nd run of 8 elements, so it sums at most 8 * ceil(n_in / 256) products in sequence (one rounding each in
 //    an fmaf), then 5 shuffle levels add the lanes: at most that many + 5 roundings of 2^-24 along any path (the
 //    classic gamma_n bound of recursive summation), with 1% slack.
-//  - GEMM (cuBLAS, full fp32): exact products of the decoded weights, fp32 accumulation in cuBLAS's order adds
-//    at most n_in roundings of 2^-24 (blocked summation does better; this is the plain recursive bound).
+//  - GEMM (cuBLAS, full fp32; tensor cores for f16 / bf16, whose products with the 16-bit activations are exact
+//    in fp32): fp32 accumulation in cuBLAS's order adds at most n_in roundings of 2^-24 (blocked summation does
+//    better; this is the plain recursive bound).
 double relative_bound(int64_t n_in, int64_t n_tokens) {
   if (n_tokens <= kMaxGemvTokens) return double(8 * ((n_in + 255) / 256) + 5) * 0x1.0p-24 * 1.01;
   return double(n_in + 1) * 0x1.0p-24;
@@ -143,6 +148,9 @@ double check_matmul(MatmulContext& ctx, const Stream& stream, TensorType type, S
   const auto bytes = random_weights(type, s.n_in, s.n_out, seed);
   const auto w = dequantized(type, bytes, s.n_in, s.n_out);
   const auto x = random_activations(s.n_in * n_tokens, seed + 1);
+  std::vector<float> x_as_multiplied(x.size());
+  formats::round_activations(formats::weight_format(type, "test").activation, x.data(), int64_t(x.size()),
+                             x_as_multiplied.data());
   DeviceBuffer<uint8_t> w_dev(bytes);
   DeviceBuffer<float> x_dev(x), y_dev(size_t(n_tokens * s.n_out));
   y_dev.poison();
@@ -156,7 +164,7 @@ double check_matmul(MatmulContext& ctx, const Stream& stream, TensorType type, S
     for (int64_t o = 0; o < s.n_out; ++o) {
       double want = 0, abs_dot = 0;
       for (int64_t i = 0; i < s.n_in; ++i) {
-        const double term = double(w[size_t(o * s.n_in + i)]) * x[size_t(t * s.n_in + i)];
+        const double term = double(w[size_t(o * s.n_in + i)]) * x_as_multiplied[size_t(t * s.n_in + i)];
         want += term;
         abs_dot += std::fabs(term);
       }
@@ -191,6 +199,61 @@ TEST(CudaMatmul, MatchesDequantizedDoubleDotForEveryFormatShapeAndTokenCount) {
       }
     }
   }
+}
+
+// The activation conversion alone: every format, bit for bit against the reference, with groups that are all
+// zero, outliers, and values halfway between two 8-bit steps (where rounding to even matters).
+TEST(CudaActivations, QuantizeAndRoundBitForBitLikeTheReference) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  const int64_t n_tokens = 5, n_in = 2048;
+  std::vector<float> x = random_activations(n_tokens * n_in, 31);
+  std::fill(x.begin() + 256, x.begin() + 512, 0.0f);  // an all-zero Q8_K group (and eight Q8_0 groups)
+  for (int64_t i = 600; i < 632; ++i) x[size_t(i)] = 0.5f * float(i - 616);  // amax 7.5: x * 127 / amax ties
+  DeviceBuffer<float> x_dev(x);
+  const formats::ActivationFormat formats_to_check[] = {
+      formats::ActivationFormat::F16, formats::ActivationFormat::BF16, formats::ActivationFormat::Q8_0,
+      formats::ActivationFormat::Q8_1, formats::ActivationFormat::Q8_K};
+  for (formats::ActivationFormat format : formats_to_check) {
+    const int group = formats::activation_group(format);
+    const size_t n = x.size();
+    DeviceBuffer<float> rounded(n);
+    DeviceBuffer<uint16_t> half(n);
+    DeviceBuffer<int8_t> q(n);
+    DeviceBuffer<float> scale(group ? n / size_t(group) : 1), sum32(n / 32);
+    rounded.poison();
+    ActivationOutputs out{rounded.get()};
+    if (group == 0) out.half = half.get();
+    else out.q = q.get(), out.scale = scale.get(), out.sum32 = sum32.get();
+    quantize_activations(stream.get(), format, x_dev.get(), n_tokens, n_in, out);
+    stream.sync();
+    std::vector<float> want(n);
+    formats::round_activations(format, x.data(), int64_t(n), want.data());
+    const auto got = rounded.read();
+    const auto bits = [](float f) { return std::bit_cast<uint32_t>(f); };
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(bits(got[i]), bits(want[i])) << "format " << int(format) << " element " << i << ": " << got[i]
+                                              << " vs " << want[i];
+    }
+    if (group == 0) {
+      const auto h = half.read();
+      for (size_t i = 0; i < n; ++i) {
+        const float value = format == formats::ActivationFormat::F16 ? formats::f16_to_f32(h[i]) : formats::bf16_to_f32(h[i]);
+        ASSERT_EQ(bits(value), bits(want[i])) << "16-bit encoding of element " << i;
+      }
+      continue;
+    }
+    std::vector<int8_t> want_q(n);
+    std::vector<float> want_scale(n / size_t(group)), want_sum32(n / 32);
+    formats::quantize_activations(format, x.data(), int64_t(n), want_q.data(), want_scale.data(), want_sum32.data());
+    EXPECT_EQ(q.read(), want_q) << "format " << int(format);
+    const auto got_scale = scale.read(), got_sum32 = sum32.read();
+    for (size_t g = 0; g < want_scale.size(); ++g) ASSERT_EQ(bits(got_scale[g]), bits(want_scale[g])) << "group " << g;
+    for (size_t k = 0; k < want_sum32.size(); ++k) ASSERT_EQ(bits(got_sum32[k]), bits(want_sum32[k])) << "sum " << k;
+  }
+  EXPECT_THROW(quantize_activations(stream.get(), formats::ActivationFormat::Q8_K, x_dev.get(), 1, 100,
+                                    ActivationOutputs{}),
+               Error);
 }
 
 // Rows of any whole number of decode units: float rows of a few runs of 8, and legacy blocks in odd counts,

@@ -16,6 +16,7 @@
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
 #include "formats/weight_formats.h"
+#include "ggml_activations.h"
 #include "util/error.h"
 
 namespace sparrow::cpu {
@@ -115,31 +116,6 @@ double error_bound(const TypeCase& c, const float* w, const float* x, int64_t n_
   return rounding * 1.0001 + (1e-4 + 0x1.0p-11) * abs_dot + 1e-30;
 }
 
-// The activations as llama.cpp's ggml multiplies them (its vec_dot_type), written from ggml's definitions:
-// Q8_0 (legacy weight types, groups of 32): q = round_half_even(x * 127 / max|x|), scale f16(max|x| / 127);
-// Q8_K (K-quants, groups of 256): iscale = 127 / max|x|, q = round_half_even(x * iscale), scale 1 / iscale;
-// f16 and bf16 weights: x rounded to the weight's type.
-std::vector<float> as_ggml_activations(const TypeCase& c, const std::vector<float>& x) {
-  std::vector<float> out(x.size());
-  if (c.type == TensorType::F16 || c.type == TensorType::BF16) {
-    for (size_t i = 0; i < x.size(); ++i)
-      out[i] = c.type == TensorType::F16 ? formats::f16_to_f32(formats::f32_to_f16(x[i]))
-                                         : formats::bf16_to_f32(formats::f32_to_bf16(x[i]));
-    return out;
-  }
-  if (!c.int8_activations) return x;
-  const size_t group = c.block_elements == 256 ? 256 : 32;
-  for (size_t g = 0; g < x.size(); g += group) {
-    float amax = 0;
-    for (size_t i = g; i < g + group; ++i) amax = std::max(amax, std::fabs(x[i]));
-    const float inverse = amax != 0.0f ? 127.0f / amax : 0.0f;
-    const float scale = group == 32 ? formats::f16_to_f32(formats::f32_to_f16(amax / 127.0f))
-                                    : (amax != 0.0f ? 1.0f / inverse : 0.0f);
-    for (size_t i = g; i < g + group; ++i) out[i] = scale * std::nearbyint(x[i] * inverse);
-  }
-  return out;
-}
-
 // Types with a per-block minimum (Q4_1, Q5_1) add min * f16(d * sum q) in ggml, which differs from
 // min * sum(scale * q) by up to 2^-11 of that term.
 bool has_block_min(TensorType t) { return t == TensorType::Q4_1 || t == TensorType::Q5_1; }
@@ -156,7 +132,7 @@ void check_matmul(const TypeCase& c, Shape s, int64_t n_tokens, ThreadPool& pool
   matmul(pool, WeightMatrix{c.type, bytes.data(), s.n_in, s.n_out}, x.data(), n_tokens, y.data());
   // The kernels' only approximation is the 8-bit activation rounding: against activations rounded the same
   // way, what is left is float accumulation order (1e-5 of sum |w x|).
-  const auto x8 = as_ggml_activations(c, x);
+  const auto x8 = testing::ggml_activations(formats::weight_format(c.type, "test").activation, x);
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t o = 0; o < s.n_out; ++o) {
       const float* wr = w.data() + o * s.n_in;

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "formats/weight_formats.h"
+#include "ggml_activations.h"
 #include "reference_test_util.h"
 #include "runtime/resources.h"
 #include "util/error.h"
@@ -306,6 +307,51 @@ TEST(Quantize, ZeroAndConstantBlocksStayExactOrClose) {
     const auto z = round_trip(c.type, spiky, c.block_bytes, c.block_elements);
     EXPECT_NEAR(z[5], 4.0f, 0.3f) << c.name;
   }
+}
+
+// The activation reference (shared by the CPU kernels' group arithmetic and the GPU's) against ggml's
+// definitions written independently in ggml_activations.h: equal values; 8-bit values in range and
+// scale * q equal to the rounded value; sum32 as each format defines it.
+TEST(ActivationReference, MatchesGgmlDefinitionsForEveryFormat) {
+  std::vector<float> x = gaussian(256 * 12, 5);
+  for (size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;
+  std::fill(x.begin() + 512, x.begin() + 768, 0.0f);                     // all-zero groups
+  for (int i = 0; i < 32; ++i) x[size_t(1024 + i)] = 0.5f * float(i - 16);  // ties at x * 127 / amax
+  const ActivationFormat all[] = {ActivationFormat::F32, ActivationFormat::F16, ActivationFormat::BF16,
+                                  ActivationFormat::Q8_0, ActivationFormat::Q8_1, ActivationFormat::Q8_K};
+  for (ActivationFormat format : all) {
+    const std::vector<float> want = testing::ggml_activations(format, x);
+    std::vector<float> got(x.size());
+    round_activations(format, x.data(), int64_t(x.size()), got.data());
+    // Exact equality (a zero's sign aside: the definition's nearbyint keeps it, an integer 0 does not).
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], want[i]) << int(format) << " " << i;
+    const int group = activation_group(format);
+    if (group == 0) continue;
+    std::vector<int8_t> q(x.size());
+    std::vector<float> scale(x.size() / size_t(group)), sum32(x.size() / 32);
+    quantize_activations(format, x.data(), int64_t(x.size()), q.data(), scale.data(), sum32.data());
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_GE(q[i], -127);
+      ASSERT_EQ(scale[i / size_t(group)] * float(q[i]), want[i]) << int(format) << " " << i;
+    }
+    for (size_t k = 0; k < sum32.size(); ++k) {
+      int sum = 0;
+      for (size_t i = 32 * k; i < 32 * k + 32; ++i) sum += q[i];
+      const float d = scale[32 * k / size_t(group)];
+      // Q8_1 stores f16(d * sum) with the unrounded d = amax / 127: within an f16 rounding of the exact value.
+      const float exact = d * float(sum);
+      if (format == ActivationFormat::Q8_1) {
+        EXPECT_NEAR(sum32[k], exact, std::fabs(exact) * 0x1.0p-10 + 1e-30) << k;
+        EXPECT_EQ(sum32[k], f16_to_f32(f32_to_f16(sum32[k]))) << "an f16 value";
+      } else {
+        EXPECT_EQ(bits_of(sum32[k]), bits_of(exact)) << int(format) << " sum " << k;
+      }
+    }
+  }
+  std::vector<float> out(100);
+  EXPECT_THROW(round_activations(ActivationFormat::Q8_0, x.data(), 100, out.data()), Error);
+  std::vector<int8_t> q(256);
+  EXPECT_THROW(quantize_activations(ActivationFormat::F16, x.data(), 256, q.data(), out.data(), out.data()), Error);
 }
 
 TEST(Quantize, RejectsPartialBlocksAndUnsupportedTypes) {
