@@ -1,8 +1,10 @@
 // `sparrow logits`: raw little-endian float32 logits for every position, row-major [n_positions][n_vocab],
 // for parity checks against llama.cpp. Prints the token ids it used.
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <vector>
 
 #include "commands.h"
 #include "common.h"
@@ -28,6 +30,20 @@ std::vector<sparrow_token> parse_token_list(const std::string& list) {
   }
   if (ids.empty()) throw Error("--tokens: no token ids");
   return ids;
+}
+
+// (top1 - top2) / |top1| of the logits: how far the greedy choice was from its runner-up.
+float top_two_margin(const float* logits, int32_t n_vocab) {
+  float first = -INFINITY, second = -INFINITY;
+  for (int32_t i = 0; i < n_vocab; ++i) {
+    if (logits[i] > first) {
+      second = first;
+      first = logits[i];
+    } else if (logits[i] > second) {
+      second = logits[i];
+    }
+  }
+  return first == 0.0f ? INFINITY : (first - second) / std::fabs(first);
 }
 
 }  // namespace
@@ -69,12 +85,19 @@ void add_logits_command(CLI::App& app, int& exit_code) {
     for (sparrow_token id : tokens) std::cout << " " << id;
     std::cout << "\nwrote " << tokens.size() << " x " << n_vocab << " float32 logits to " << *output << "\n";
     if (*n_greedy > 0) {
+      std::vector<float> margins;
       std::cout << "greedy:";
       for (int32_t step = 0; step < *n_greedy; ++step) {
-        sparrow_token next = sparrow_sample_greedy(sparrow_get_logits(ctx.ctx, -1), n_vocab);
+        const float* logits = sparrow_get_logits(ctx.ctx, -1);
+        sparrow_token next = sparrow_sample_greedy(logits, n_vocab);
+        margins.push_back(top_two_margin(logits, n_vocab));
         std::cout << " " << next << std::flush;
         if (step + 1 < *n_greedy && sparrow_decode(ctx.ctx, &next, 1, 0) != 0) throw Error(sparrow_last_error());
       }
+      // How close each choice was: a backend whose greedy tokens part from another's should do so only where
+      // this margin is small.
+      std::cout << "\nmargins:";
+      for (float m : margins) std::cout << " " << m;
       std::cout << "\n";
     }
     exit_code = 0;
