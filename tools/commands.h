@@ -12,5 +12,6 @@ void add_mkmodel_command(CLI::App& app, int& exit_code);
 void add_bench_command(CLI::App& app, int& exit_code);
 void add_verify_command(CLI::App& app, int& exit_code);
 void add_perplexity_command(CLI::App& app, int& exit_code);
+void add_lockstep_command(CLI::App& app, int& exit_code);
 
 }  // namespace sparrow::tools

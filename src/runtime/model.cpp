@@ -14,7 +14,7 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
   model->file = gguf::File::open(path);
   model->config = ModelConfig::from_gguf(*model->file);
   model->device = options.device;
-  model->store = make_weight_store(options.device);
+  model->store = options.make_store ? options.make_store() : make_weight_store(options.device);
   model->weights = ModelWeights::bind(*model->file, model->config, *model->store, options.n_gpu_layers,
                                       options.progress);
   model->tokenizer = Tokenizer::from_gguf(*model->file);

@@ -16,6 +16,9 @@ struct ModelLoadOptions {
   Device device = Device::Cpu;
   int32_t n_gpu_layers = 0;  // layers whose weights go to device memory (llama.cpp's -ngl); 99: all
   std::function<void(float)> progress;  // fraction of the weights bound; may be empty
+  // Where the weights are placed; empty: the device's own store (runtime/backends.h). `sparrow lockstep`
+  // places them on two devices at once.
+  std::function<std::unique_ptr<WeightStore>()> make_store;
 };
 
 struct Model {

@@ -23,7 +23,7 @@ Session::Session(const Model& model, const SessionOptions& options) : model_(mod
   if (n_ctx > (1 << 24))
     throw Error("context size " + std::to_string(n_ctx) + " is too large (at most 16777216 tokens)");
   n_batch_ = std::clamp(options.n_batch > 0 ? options.n_batch : 512, 1, n_ctx);
-  backend_ = make_backend(model.device, options.n_threads);
+  backend_ = options.make_backend ? options.make_backend() : make_backend(model.device, options.n_threads);
   KvCacheOptions kv;
   kv.n_ctx = n_ctx;
   kv.n_batch = n_batch_;

@@ -1,6 +1,7 @@
 #pragma once
 // One sequence being run: its backend (on the model's device), KV cache, forward pass and the logits of the
 // last decode.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -20,6 +21,9 @@ struct SessionOptions {
   formats::KvCodec v_codec = formats::KvCodec::F16;
   std::vector<KvLayerOverride> kv_layers;
   KeyCentering center_keys = KeyCentering::Auto;
+  // The backend the session runs on; empty: the model's device's (runtime/backends.h). It must work with the
+  // weights the model's store placed (`sparrow lockstep` pairs them).
+  std::function<std::unique_ptr<Backend>()> make_backend;
 };
 
 class Session {
