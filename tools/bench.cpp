@@ -50,6 +50,9 @@ struct Result {
   int32_t n_prompt, n_gen, depth;
   double kv_mib;  // KV cache of the whole context, MiB
   std::vector<double> tokens_per_second;
+  // tg tests: bytes one generated token reads (weights, and the KV cache at its depth, averaged over the test);
+  // at the memory bandwidth, the floor. 0 for pp tests, which are compute-bound.
+  double bytes_per_token = 0;
   double mean() const {
     double s = 0;
     for (double x : tokens_per_second) s += x;
@@ -193,6 +196,14 @@ void print_row(const Result& r) {
   std::fflush(stdout);
 }
 
+// Mean bytes a generated token of test t at `depth` reads; 0 for a prompt test.
+double decode_bytes(const sparrow_model* model, const sparrow_context* ctx, const Test& t, int32_t depth) {
+  if (t.n_gen == 0) return 0;
+  double kv = 0;
+  for (int32_t i = 0; i < t.n_gen; ++i) kv += double(sparrow_context_kv_bytes_read(ctx, depth + i));
+  return double(sparrow_model_weight_bytes_per_token(model)) + kv / t.n_gen;
+}
+
 // Every test at every depth for one KV configuration, in one context sized for the deepest test.
 std::vector<Result> bench_config(sparrow_model* model, const BenchOptions& o, const std::vector<Test>& all_tests,
                                  const KvConfig& kv) {
@@ -215,7 +226,7 @@ std::vector<Result> bench_config(sparrow_model* model, const BenchOptions& o, co
   std::vector<Result> results;
   for (int32_t depth : o.depths) {
     for (const Test& t : all_tests) {
-      Result r{kv.name(), t.name, t.n_prompt, t.n_gen, depth, kv_mib, {}};
+      Result r{kv.name(), t.name, t.n_prompt, t.n_gen, depth, kv_mib, {}, decode_bytes(model, ctx, t, depth)};
       for (int32_t i = 0; i < o.repetitions; ++i) {
         keeper.go_to(depth);
         const double seconds = time_decode(ctx, random_tokens(t.tokens(), n_vocab, rng), t.n_gen > 0);
@@ -278,6 +289,8 @@ void write_json(const std::string& path, const BenchOptions& o, const std::strin
   j["model"] = std::filesystem::path(model_path).filename().string();
   j["model_description"] = sparrow_model_describe(model);
   j["machine"] = {{"cpu", cpu_model()}, {"cores", cores}};
+  j["device"] = sparrow_model_placement(model);
+  j["weight_bytes_per_token"] = sparrow_model_weight_bytes_per_token(model);
   j["commit"] = git_commit();
   j["command"] = command_line();
   j["threads"] = o.threads > 0 ? o.threads : cores;
@@ -287,7 +300,9 @@ void write_json(const std::string& path, const BenchOptions& o, const std::strin
   for (const Result& r : results)
     j["results"].push_back({{"kv", r.kv}, {"test", r.test}, {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen},
                             {"depth", r.depth}, {"tokens_per_second", r.mean()}, {"stddev", r.stddev()},
-                            {"samples", r.tokens_per_second}, {"kv_mib", r.kv_mib}});
+                            {"samples", r.tokens_per_second}, {"kv_mib", r.kv_mib},
+                            {"bytes_per_token", r.bytes_per_token},
+                            {"gb_per_s", r.bytes_per_token * r.mean() / 1e9}});
   std::ofstream out(path);
   if (!out) throw Error(path + ": cannot open for writing");
   out << j.dump(2) << "\n";

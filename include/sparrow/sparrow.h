@@ -43,6 +43,9 @@ void sparrow_model_free(sparrow_model* model);
 const char* sparrow_model_describe(const sparrow_model* model);
 /* One line: the device, its memory, and the bytes of weights placed on it. */
 const char* sparrow_model_placement(const sparrow_model* model);
+/* Bytes of weights one decoded token reads (every matrix multiplied, one row of each table gathered). With
+ * sparrow_context_kv_bytes_read, what a decode step must move: its time at the memory bandwidth is the floor. */
+size_t sparrow_model_weight_bytes_per_token(const sparrow_model* model);
 int32_t sparrow_model_n_vocab(const sparrow_model* model);
 int32_t sparrow_model_n_ctx_train(const sparrow_model* model);
 
@@ -85,6 +88,8 @@ int32_t sparrow_context_n_past(const sparrow_context* ctx);
 void sparrow_context_reset(sparrow_context* ctx);
 /* Bytes of KV cache this context holds, for all layers. */
 size_t sparrow_context_kv_bytes(const sparrow_context* ctx);
+/* Bytes of KV cache a decode step at position n_past reads (each layer's visible keys and values). */
+size_t sparrow_context_kv_bytes_read(const sparrow_context* ctx, int32_t n_past);
 /* Several lines: per layer kind (sliding, global, shared) the codecs, KV bytes per token and the total for the
  * context. Owned by ctx. */
 const char* sparrow_context_kv_summary(const sparrow_context* ctx);

@@ -100,6 +100,9 @@ sparrow_model* sparrow_model_load(const char* path, sparrow_progress_fn progress
 void sparrow_model_free(sparrow_model* model) { delete model; }
 const char* sparrow_model_describe(const sparrow_model* model) { return model->description.c_str(); }
 const char* sparrow_model_placement(const sparrow_model* model) { return model->placement.c_str(); }
+size_t sparrow_model_weight_bytes_per_token(const sparrow_model* model) {
+  return model->model->weights.bytes_read_per_token();
+}
 int32_t sparrow_model_n_vocab(const sparrow_model* model) { return model->model->config.n_vocab; }
 int32_t sparrow_model_n_ctx_train(const sparrow_model* model) { return model->model->config.n_ctx_train; }
 
@@ -177,6 +180,9 @@ int32_t sparrow_context_n_ctx(const sparrow_context* ctx) { return ctx->session-
 int32_t sparrow_context_n_past(const sparrow_context* ctx) { return ctx->session->n_past(); }
 void sparrow_context_reset(sparrow_context* ctx) { ctx->session->reset(); }
 size_t sparrow_context_kv_bytes(const sparrow_context* ctx) { return ctx->session->cache().bytes(); }
+size_t sparrow_context_kv_bytes_read(const sparrow_context* ctx, int32_t n_past) {
+  return ctx->session->cache().bytes_read_by_decode(n_past < 0 ? 0 : n_past);
+}
 const char* sparrow_context_kv_summary(const sparrow_context* ctx) { return ctx->kv_summary.c_str(); }
 int sparrow_context_truncate(sparrow_context* ctx, int32_t n_past) {
   return guarded<int>(-1, [&] {

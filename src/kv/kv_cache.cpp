@@ -146,6 +146,19 @@ size_t KvCache::bytes_per_token(bool sliding) const {
   return total;
 }
 
+size_t KvCache::bytes_read_by_decode(int32_t n_past) const {
+  size_t total = 0;
+  for (const KvLayerShape& l : layers_) {
+    const KvLayerView& v = views_[size_t(l.kv_source)];
+    const int64_t visible = l.sliding && options_.sliding_window > 0
+                                ? std::min<int64_t>(int64_t(n_past) + 1, options_.sliding_window)
+                                : int64_t(n_past) + 1;
+    total += size_t(visible) * size_t(v.n_kv_heads) *
+             (block_bytes(v.k_codec, v.head_dim) + block_bytes(v.v_codec, v.head_dim));
+  }
+  return total;
+}
+
 std::string KvCache::summary() const {
   struct Kind {
     int32_t layers = 0;

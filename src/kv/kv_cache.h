@@ -66,6 +66,9 @@ class KvCache {
   size_t bytes() const { return bytes_; }
   // Bytes of K+V per token of context, summed over the layers of one kind (sliding or global) that own KV.
   size_t bytes_per_token(bool sliding) const;
+  // Bytes of K and V a decode step at position n_past reads: every layer's visible positions (a sliding layer's
+  // window), a KV-shared layer reading its source's cache again.
+  size_t bytes_read_by_decode(int32_t n_past) const;
   // Lines for the user: per layer kind (sliding, global, shared) the codecs, bytes per token and in all.
   std::string summary() const;
 

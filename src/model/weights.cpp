@@ -87,6 +87,18 @@ LayerWeights bind_layer(const Binder& b, const ModelConfig& c, int il) {
 
 }  // namespace
 
+size_t ModelWeights::bytes_read_per_token() const {
+  const auto row = [](const WeightMatrix& w) { return w.data ? tensor_row_bytes(w.type, w.n_in) : size_t(0); };
+  const auto all = [&](const WeightMatrix& w) { return row(w) * size_t(w.n_out); };
+  size_t total = all(output) + row(token_embd) + row(per_layer_token_embd) + all(per_layer_model_proj);
+  for (const LayerWeights& l : layers) {
+    for (const WeightMatrix* w : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate, &l.ffn_up,
+                                  &l.ffn_down, &l.ple_inp_gate, &l.ple_proj})
+      total += all(*w);
+  }
+  return total;
+}
+
 ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c, WeightStore& store,
                                 int32_t n_gpu_layers, const std::function<void(float)>& progress) {
   Binder b(file, store);

@@ -42,6 +42,11 @@ struct ModelWeights {
   // Layers below n_gpu_layers go to device memory (where the store has one); the tensors outside the layers
   // (embeddings, output) too when n_gpu_layers exceeds the layer count, as with llama.cpp's -ngl.
   // progress(fraction) is called once per layer.
+  // Bytes of weights one decoded token reads: every matrix it multiplies by and one row of each table it gathers
+  // from (token_embd, per_layer_token_embd). At the memory bandwidth, the floor of a decode step's time (the norm
+  // vectors, a few KiB, are left out).
+  size_t bytes_read_per_token() const;
+
   static ModelWeights bind(const gguf::File& file, const ModelConfig& config, WeightStore& store,
                            int32_t n_gpu_layers, const std::function<void(float)>& progress);
 };

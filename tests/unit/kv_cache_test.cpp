@@ -79,6 +79,23 @@ TEST(KvCodecOption, KeysOnlyCodecIsRefusedForValues) {
   }
 }
 
+TEST_F(CacheFixture, DecodeReadsEveryVisiblePositionOfEveryLayerOnce) {
+  KvCacheOptions o = options();
+  o.n_ctx = 1000;
+  o.k_codec = o.v_codec = KvCodec::F16;  // 16 bits per element
+  KvCache cache(*backend, layers, o);
+  // Per position: sliding layers 0, 1, 3 and shared 4 read 2 heads x 256 of K and of V; global layer 2 and
+  // shared 5 read 1 head x 512.
+  const double sliding = 2 * 2 * vector_bytes(16, 256), global = 2 * 1 * vector_bytes(16, 512);
+  const auto expected = [&](int64_t n_past) {
+    const double sliding_positions = double(std::min<int64_t>(n_past + 1, kWindow));
+    return 4 * sliding * sliding_positions + 2 * global * double(n_past + 1);
+  };
+  for (int32_t n_past : {0, 1, 127, 128, 500, 999}) {
+    EXPECT_EQ(double(cache.bytes_read_by_decode(n_past)), expected(n_past)) << "n_past " << n_past;
+  }
+}
+
 TEST_F(CacheFixture, SizesFollowCodecsWindowsAndSharing) {
   KvCacheOptions o = options();
   o.n_ctx = 1000;

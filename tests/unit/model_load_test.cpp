@@ -87,6 +87,24 @@ TEST(ModelLoad, TheUneditedTinyModelLoads) {
   EXPECT_GT(m->config.n_embd_per_layer, 0);
 }
 
+// From the file alone: every matrix is read once per token, except the tables gathered by token id, of which one
+// row is read (token_embd is also the output matrix when the file has no output.weight).
+TEST(ModelLoad, WeightBytesPerTokenCountEveryMatrixAndOneRowOfEachTable) {
+  for (const fs::path* path : {&tiny_gemma4(), &tiny_gemma3()}) {
+    auto m = Model::load(path->string(), ModelLoadOptions{});
+    size_t expected = 0;
+    const bool tied = m->file->find_tensor("output.weight") == nullptr;
+    for (const gguf::TensorInfo& t : m->file->tensors()) {
+      if (t.n_dims < 2) continue;  // norm vectors: left out
+      const size_t row = t.nbytes / size_t(t.ne[1]);
+      if (t.name == "per_layer_token_embd.weight") expected += row;
+      else if (t.name == "token_embd.weight") expected += row + (tied ? t.nbytes : 0);
+      else expected += t.nbytes;
+    }
+    EXPECT_EQ(m->weights.bytes_read_per_token(), expected) << *path;
+  }
+}
+
 TEST(ModelLoad, NegativeGpuLayersAreRefused) {
   ModelLoadOptions o;
   o.n_gpu_layers = -1;
