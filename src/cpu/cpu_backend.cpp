@@ -17,28 +17,21 @@
 #include "cpu/thread_pool.h"
 #include "formats/weight_formats.h"
 #include "ops/backend.h"
+#include "ops/gelu.h"
 #include "util/error.h"
 
 namespace sparrow {
 namespace {
 
-float gelu_tanh_exact(float x) {
-  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-  return 0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x)));
-}
-
-// GELU as llama.cpp's CPU backend computes it: a table of gelu over every f16 input, rounded to f16, indexed by
-// the f16-rounded input (saturating outside [-10, 10]). A lookup is cheaper than tanh, and matching the table
-// keeps Sparrow's logits within llama.cpp's to 1e-5 where the exact function would differ by ~3e-4.
+// ops/gelu.h's table, as floats over every f16 code.
 class GeluTable {
  public:
   GeluTable() : table_(65536) {
-    for (uint32_t h = 0; h < 65536; ++h)
-      table_[h] = formats::f16_to_f32(formats::f32_to_f16(gelu_tanh_exact(formats::f16_to_f32(uint16_t(h)))));
+    for (uint32_t h = 0; h < 65536; ++h) table_[h] = formats::f16_to_f32(gelu_table_entry(uint16_t(h)));
   }
   float operator()(float x) const {
-    if (x <= -10.0f) return 0.0f;
-    if (x >= 10.0f) return x;
+    if (x <= -kGeluSaturation) return 0.0f;
+    if (x >= kGeluSaturation) return x;
     return table_[formats::f32_to_f16(x)];
   }
 

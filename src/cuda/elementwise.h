@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "ops/backend.h"
+#include "ops/gelu.h"
 
 namespace sparrow::cuda {
 
@@ -37,15 +38,13 @@ void mul_rows(const LaunchTarget& target, float* y, const float* x, int64_t n_ro
 // out[i] = mean over r < n_rows of x[r * row_len + i], accumulated in double (n_rows >= 1).
 void mean_rows(const LaunchTarget& target, const float* x, int64_t n_rows, int64_t row_len, float* out);
 
-// GELU as the CPU backend computes it (llama.cpp's f16 table): the input rounded to f16, gelu_tanh in float,
-// the result rounded to f16; 0 at or below -10 and the identity at or above 10. Only inputs in (-10, 10) are
-// looked up, and those round to f16 codes of magnitude at most 10.0 (kGeluLastCode), so the table holds those
-// codes only, positive then negative, as f16: 73 KiB instead of a float per f16 code (256 KiB).
-constexpr float kGeluSaturation = 10.0f;
+// GELU as every backend computes it (ops/gelu.h: llama.cpp's f16 table). Only inputs in (-10, 10) are looked up,
+// and those round to f16 codes of magnitude at most 10.0 (kGeluLastCode), so the table holds those codes only,
+// positive then negative, as f16: 73 KiB instead of a float per f16 code (256 KiB).
 constexpr uint16_t kGeluLastCode = 0x4900;  // f16 bits of 10.0
 constexpr int kGeluTableEntries = 2 * (kGeluLastCode + 1);
-// Built on the host with the CPU backend's arithmetic (the same float expression and f16 rounding), so the
-// device reproduces the CPU bit for bit; device-side tanhf differs from the host's in the last float bits, which
+// Built on the host from ops/gelu.h's entries, as the CPU backend's table is, so the device reproduces the CPU
+// bit for bit; device-side tanhf differs from the host's in the last float bits, which
 // the f16 rounding would sometimes expose.
 std::vector<uint16_t> gelu_f16_table();
 

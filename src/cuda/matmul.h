@@ -2,7 +2,6 @@
 // Matrix products and row gathers on the GPU against weights of every supported format (formats/), decoded by
 // the same WeightBlock<T>::decode_run the reference dequantization uses.
 //
-// Two paths, chosen by the number of tokens:
 // Activations are first put in the form the CPU multiplies each weight type with (activations.h: rounded to
 // f16 / bf16 for those weights, ggml's 8-bit groups for block types), so both backends multiply the same
 // numbers and differ only in summation order. Then two paths, chosen by the number of tokens:
