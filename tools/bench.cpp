@@ -109,6 +109,7 @@ sparrow_context_params context_params(const BenchOptions& o, const KvConfig& kv,
   p.n_batch = o.n_batch;
   p.cache_type_k = kv.k.c_str();
   p.cache_type_v = kv.v.c_str();
+  p.decode_graphs = o.device.graphs == "on";
   return p;
 }
 

@@ -97,6 +97,9 @@ void add_device_options(CLI::App& cmd, DeviceOptions& o) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("--n-gpu-layers", o.n_gpu_layers,
                  "(-ngl) layers whose weights go to GPU memory (99: all; default: all with --device cuda)");
+  cmd.add_option("--graphs", o.graphs, "on a GPU, replay each decode step as one CUDA graph (on) or launch its "
+                                       "kernels one by one (off)")
+      ->check(CLI::IsMember({"on", "off"}));
 }
 
 LoadedModel::LoadedModel(const std::string& requested_path, const DeviceOptions& d) {
@@ -127,6 +130,7 @@ Context::Context(sparrow_model* model, const ModelOptions& o) {
   p.cache_type_v = o.cache_type_v.c_str();
   p.kv_layers = o.kv_layers.c_str();
   p.kv_center_keys = o.center_keys == "auto" ? -1 : o.center_keys == "on" ? 1 : 0;
+  p.decode_graphs = o.device.graphs == "on";
   ctx = sparrow_context_new(model, p);
   if (!ctx) throw Error(sparrow_last_error());
   std::cerr << sparrow_context_kv_summary(ctx);

@@ -15,6 +15,7 @@ namespace sparrow::tools {
 struct DeviceOptions {
   std::string device;         // "" : cuda when -ngl > 0, else cpu
   int32_t n_gpu_layers = -1;  // -1: all layers on cuda, none on cpu
+  std::string graphs = "on";  // --graphs: decode steps replayed as CUDA graphs (on) or launched op by op (off)
 };
 
 // The device named cannot be used here (no GPU, or a build without CUDA): the tools exit with status 2.

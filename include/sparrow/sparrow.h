@@ -77,6 +77,8 @@ typedef struct sparrow_context_params {
                                NULL or "": none */
   int32_t kv_center_keys;   /* -1 (default): center keys for Sparrow's low-bit K codecs, not for f32/f16/bf16/q8_0/
                                q4_0; 1: always; 0: never (docs/kv-cache.md) */
+  int32_t decode_graphs;    /* 1 (default): on a GPU each decode step is recorded and replayed as one CUDA graph;
+                               0: its kernels are launched one by one. No effect on the CPU. */
 } sparrow_context_params;
 
 sparrow_context_params sparrow_context_default_params(void);

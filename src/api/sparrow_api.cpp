@@ -151,6 +151,7 @@ sparrow_context_params sparrow_context_default_params(void) {
   p.cache_type_v = "f16";
   p.kv_layers = nullptr;
   p.kv_center_keys = -1;
+  p.decode_graphs = 1;
   return p;
 }
 
@@ -168,6 +169,7 @@ sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_param
     o.center_keys = params.kv_center_keys < 0    ? sparrow::KeyCentering::Auto
                     : params.kv_center_keys == 0 ? sparrow::KeyCentering::Off
                                                  : sparrow::KeyCentering::On;
+    o.record_decode = params.decode_graphs != 0;
     auto ctx = std::make_unique<sparrow_context>();
     ctx->session = std::make_unique<sparrow::Session>(*model->model, o);
     ctx->kv_summary = ctx->session->cache().summary();

@@ -19,38 +19,16 @@ using formats::KvCodec;
 using formats::kv_codec_info;
 
 // ---------------------------------------------------------------------------------------------------------
-// Scratch
+// Context
 
-AttentionContext::AttentionContext(cudaStream_t stream) : stream_(stream) {
+AttentionContext::AttentionContext(cudaStream_t stream)
+    : stream_(stream), prepared_(stream), partial_acc_(stream), partial_state_(stream) {
   int device = 0, multiprocessors = 0, max_shared = 0;
   SPARROW_CUDA_CHECK(cudaGetDevice(&device));
   SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
   SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&max_shared, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   multiprocessors_ = multiprocessors;
   max_shared_bytes_ = size_t(max_shared);
-}
-
-AttentionContext::~AttentionContext() {
-  prepared_.release(stream_);
-  partial_acc_.release(stream_);
-  partial_state_.release(stream_);
-}
-
-float* AttentionContext::Scratch::reserve(size_t n, cudaStream_t stream) {
-  if (n <= size_) return data_;
-  // Grown by half again, so that a prompt growing token by token does not reallocate every step.
-  const size_t size = std::max(n, size_ + size_ / 2);
-  release(stream);
-  SPARROW_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&data_), size * sizeof(float), stream));
-  size_ = size;
-  return data_;
-}
-
-void AttentionContext::Scratch::release(cudaStream_t stream) {
-  // Also called from the destructor, which must not throw: a failure here leaks the buffer, nothing worse.
-  if (data_) cudaFreeAsync(data_, stream);
-  data_ = nullptr;
-  size_ = 0;
 }
 
 namespace {

@@ -7,16 +7,17 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/device_scratch.h"
 #include "ops/backend.h"
 
 namespace sparrow::cuda {
 
-// Per-stream scratch for attention (prepared queries, split-K partial results), grown on demand with
-// stream-ordered allocations, so that a call never waits for the host.
+// Per-stream scratch for attention (prepared queries, split-K partial results), grown on demand
+// (device_scratch.h).
 class AttentionContext {
  public:
   explicit AttentionContext(cudaStream_t stream);
-  ~AttentionContext();
+  ~AttentionContext() = default;
   AttentionContext(const AttentionContext&) = delete;
   AttentionContext& operator=(const AttentionContext&) = delete;
 
@@ -24,26 +25,15 @@ class AttentionContext {
   int multiprocessors() const { return multiprocessors_; }
   size_t max_shared_bytes() const { return max_shared_bytes_; }  // dynamic shared memory one CTA may opt into
   // Scratch of at least n floats, valid until the next call of the same function; contents undefined.
-  float* prepared_queries(size_t n) { return prepared_.reserve(n, stream_); }
-  float* partial_accumulators(size_t n) { return partial_acc_.reserve(n, stream_); }
-  float* partial_states(size_t n) { return partial_state_.reserve(n, stream_); }
+  float* prepared_queries(size_t n) { return prepared_.get<float>(n); }
+  float* partial_accumulators(size_t n) { return partial_acc_.get<float>(n); }
+  float* partial_states(size_t n) { return partial_state_.get<float>(n); }
 
  private:
-  // A device buffer that only grows; the old one is freed in stream order, after the work that used it.
-  class Scratch {
-   public:
-    float* reserve(size_t n, cudaStream_t stream);
-    void release(cudaStream_t stream);
-
-   private:
-    float* data_ = nullptr;
-    size_t size_ = 0;  // floats
-  };
-
   cudaStream_t stream_;
   int multiprocessors_ = 0;
   size_t max_shared_bytes_ = 0;
-  Scratch prepared_, partial_acc_, partial_state_;
+  DeviceScratch prepared_, partial_acc_, partial_state_;
 };
 
 // Encodes K and V rows ([n_tokens][n_kv_heads][head_dim], device memory) for positions first_position.. into

@@ -18,6 +18,7 @@ CudaBackend::CudaBackend(int device_index) : device_(cuda::device_info(device_in
   matmul_ = std::make_unique<cuda::MatmulContext>(stream_);
   attention_ = std::make_unique<cuda::AttentionContext>(stream_);
   sampler_ = std::make_unique<cuda::DeviceSampler>(stream_, device_.multiprocessors);
+  ids_ = std::make_unique<cuda::DeviceScratch>(stream_);
   const std::vector<uint16_t> table = cuda::gelu_f16_table();
   SPARROW_CUDA_CHECK(cudaMalloc(&gelu_table_, table.size() * sizeof(uint16_t)));
   SPARROW_CUDA_CHECK(cudaMemcpyAsync(gelu_table_, table.data(), table.size() * sizeof(uint16_t),
@@ -26,19 +27,75 @@ CudaBackend::CudaBackend(int device_index) : device_(cuda::device_info(device_in
 
 // Destructors do not throw: failures while releasing memory are ignored.
 CudaBackend::~CudaBackend() {
+  cancel_pass();
   cudaStreamSynchronize(stream_);
+  if (decode_graph_ != nullptr) cudaGraphExecDestroy(decode_graph_);
+  ids_.reset();
   sampler_.reset();
   attention_.reset();
   matmul_.reset();
   for (const auto& [p, bytes] : buffers_) cudaFree(p);
   cudaFree(gelu_table_);
-  cudaFree(ids_);
   cudaStreamDestroy(stream_);
+}
+
+void CudaBackend::begin_pass(bool record) {
+  cancel_pass();  // a pass that ended in an error may have left its recording open
+  if (!record) return;
+  // Relaxed: a scratch buffer may still grow (cudaMalloc) while the pass is being captured.
+  SPARROW_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
+  recording_ = true;
+}
+
+bool CudaBackend::end_pass() { return !recording_ || finish_recording(); }
+
+void CudaBackend::cancel_pass() {
+  if (!recording_) return;
+  recording_ = false;
+  cudaGraph_t graph = nullptr;
+  cudaStreamEndCapture(stream_, &graph);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();  // a failed capture leaves its error behind; nothing of it ran
+}
+
+bool CudaBackend::finish_recording() {
+  recording_ = false;
+  cudaGraph_t graph = nullptr;
+  if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess || graph == nullptr) {
+    if (graph != nullptr) cudaGraphDestroy(graph);
+    cudaGetLastError();
+    return false;
+  }
+  // The same kernels with new arguments update the executable graph in place; another shape (a flash-decoding
+  // split count that changed with the context, say) needs a new one.
+  if (decode_graph_ != nullptr) {
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(decode_graph_, graph, &info) != cudaSuccess) {
+      cudaGetLastError();
+      cudaGraphExecDestroy(decode_graph_);
+      decode_graph_ = nullptr;
+    }
+  }
+  if (decode_graph_ == nullptr && cudaGraphInstantiate(&decode_graph_, graph, 0) != cudaSuccess) {
+    cudaGetLastError();
+    decode_graph_ = nullptr;
+    cudaGraphDestroy(graph);
+    return false;
+  }
+  cudaGraphDestroy(graph);
+  SPARROW_CUDA_CHECK(cudaGraphLaunch(decode_graph_, stream_));
+  return true;
+}
+
+void CudaBackend::run_recording() {
+  if (recording_ && !finish_recording())
+    throw Error("cuda backend: recording the forward pass as a CUDA graph failed (--graphs off avoids it)");
 }
 
 float* CudaBackend::alloc(size_t n_floats) { return static_cast<float*>(alloc_bytes(n_floats * sizeof(float))); }
 
 void* CudaBackend::alloc_bytes(size_t n_bytes) {
+  run_recording();
   const size_t size = std::max<size_t>(n_bytes, 1);
   void* p = nullptr;
   const cudaError_t status = cudaMalloc(&p, size);
@@ -56,6 +113,7 @@ void* CudaBackend::alloc_bytes(size_t n_bytes) {
 // Waits for the stream first, so no queued kernel still uses the buffer; like the CPU backend, a pointer it did
 // not allocate is ignored.
 void CudaBackend::free_buffer(void* p) {
+  run_recording();
   std::lock_guard<std::mutex> lock(buffers_mutex_);
   auto it = buffers_.find(p);
   if (it == buffers_.end()) return;
@@ -66,6 +124,7 @@ void CudaBackend::free_buffer(void* p) {
 
 void CudaBackend::read(const float* src, float* host_dst, size_t n) {
   if (n == 0) return;
+  run_recording();
   SPARROW_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
@@ -73,17 +132,20 @@ void CudaBackend::read(const float* src, float* host_dst, size_t n) {
 // A copy from pageable memory returns once the runtime has staged the source, so host_src is free again.
 void CudaBackend::write(float* dst, const float* host_src, size_t n) {
   if (n == 0) return;
+  run_recording();
   SPARROW_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n * sizeof(float), cudaMemcpyHostToDevice, stream_));
 }
 
 void CudaBackend::read_bytes(const void* src, void* host_dst, size_t n) {
   if (n == 0) return;
+  run_recording();
   SPARROW_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, n, cudaMemcpyDeviceToHost, stream_));
   SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 
 void CudaBackend::write_bytes(void* dst, const void* host_src, size_t n) {
   if (n == 0) return;
+  run_recording();
   SPARROW_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, n, cudaMemcpyHostToDevice, stream_));
 }
 
@@ -92,24 +154,17 @@ void CudaBackend::mean_rows(const float* x, int64_t n_rows, int64_t row_len, flo
 }
 
 int32_t CudaBackend::sample(const float* logits, int64_t n_vocab, const SamplingParams& params, float u) {
+  run_recording();
   return sampler_->sample(logits, n_vocab, params, u);
 }
 
-void CudaBackend::synchronize() { SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  run_recording();
+  SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 void CudaBackend::matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
   cuda::matmul(*matmul_, w, x, n_tokens, y);
-}
-
-int32_t* CudaBackend::device_ids(int64_t n_ids) {
-  if (n_ids > ids_capacity_) {
-    SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    SPARROW_CUDA_CHECK(cudaFree(ids_));
-    ids_ = nullptr;
-    SPARROW_CUDA_CHECK(cudaMalloc(&ids_, size_t(n_ids) * sizeof(int32_t)));
-    ids_capacity_ = n_ids;
-  }
-  return ids_;
 }
 
 void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) {
@@ -118,9 +173,15 @@ void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids
     if (ids[r] < 0 || ids[r] >= w.n_out)
       throw Error("embed: id " + std::to_string(ids[r]) + " is outside the table's " + std::to_string(w.n_out) +
                   " rows");
-  int32_t* on_device = device_ids(n_ids);
-  SPARROW_CUDA_CHECK(
-      cudaMemcpyAsync(on_device, ids, size_t(n_ids) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  int32_t* on_device = ids_->get<int32_t>(size_t(n_ids));
+  if (n_ids <= cuda::kInlineInts) {
+    // As kernel arguments: a recorded pass holds them, and its replay takes new ids as an argument update.
+    cuda::write_inline_ints(target(), ids, int(n_ids), on_device);
+  } else {
+    run_recording();  // a copy from pageable host memory cannot be recorded
+    SPARROW_CUDA_CHECK(
+        cudaMemcpyAsync(on_device, ids, size_t(n_ids) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  }
   cuda::get_rows(*matmul_, w, on_device, n_ids, scale, out);
 }
 

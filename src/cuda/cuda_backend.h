@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "cuda/device_info.h"
+#include "cuda/device_scratch.h"
 #include "cuda/elementwise.h"
 #include "cuda/sampling.h"
 #include "ops/backend.h"
@@ -34,6 +35,13 @@ class CudaBackend final : public Backend {
   CudaBackend(const CudaBackend&) = delete;
   CudaBackend& operator=(const CudaBackend&) = delete;
   const char* name() const override { return "cuda"; }
+
+  // A recorded pass is captured from the stream into a CUDA graph and launched at end_pass; the executable graph
+  // is kept and updated in place from the next recording (cudaGraphExecUpdate: same kernels, new arguments such
+  // as the position), so a decode step costs one graph launch instead of a launch per kernel.
+  void begin_pass(bool record) override;
+  bool end_pass() override;
+  void cancel_pass() override;
   const cuda::DeviceInfo& device() const { return device_; }
   cudaStream_t stream() const { return stream_; }
 
@@ -80,7 +88,11 @@ class CudaBackend final : public Backend {
 
  private:
   cuda::LaunchTarget target() const { return {stream_, device_.multiprocessors}; }
-  int32_t* device_ids(int64_t n_ids);
+  // Ends the open recording, brings decode_graph_ up to date with it and launches it; false, with nothing run,
+  // when the capture or the graph's instantiation failed.
+  bool finish_recording();
+  // Before what a recording must not hold (host transfers, allocations, waits): runs what was recorded so far.
+  void run_recording();
 
   cuda::DeviceInfo device_;
   cudaStream_t stream_ = nullptr;
@@ -88,8 +100,9 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::AttentionContext> attention_;
   std::unique_ptr<cuda::DeviceSampler> sampler_;
   uint16_t* gelu_table_ = nullptr;
-  int32_t* ids_ = nullptr;  // embed's token ids on the device
-  int64_t ids_capacity_ = 0;
+  std::unique_ptr<cuda::DeviceScratch> ids_;  // embed's token ids on the device
+  bool recording_ = false;
+  cudaGraphExec_t decode_graph_ = nullptr;
   std::mutex buffers_mutex_;
   std::unordered_map<void*, size_t> buffers_;  // live allocations and their sizes in bytes
 };

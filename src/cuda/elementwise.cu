@@ -249,7 +249,25 @@ __global__ void mean_rows_kernel(const float* x, int64_t n_rows, int64_t row_len
   }
 }
 
+struct InlineInts {
+  int32_t values[kInlineInts];
+};
+
+__global__ void write_inline_ints_kernel(InlineInts ints, int n, int32_t* __restrict__ dst) {
+  if (int(threadIdx.x) < n) dst[threadIdx.x] = ints.values[threadIdx.x];
+}
+
 }  // namespace
+
+void write_inline_ints(const LaunchTarget& target, const int32_t* values, int n, int32_t* dst) {
+  if (n < 0 || n > kInlineInts)
+    throw Error("write_inline_ints: " + std::to_string(n) + " values (at most " + std::to_string(kInlineInts) + ")");
+  if (n == 0) return;
+  InlineInts ints{};
+  for (int i = 0; i < n; ++i) ints.values[i] = values[i];
+  write_inline_ints_kernel<<<1, kInlineInts, 0, target.stream>>>(ints, n, dst);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
 
 void rms_norm(const LaunchTarget& target, const float* x, const float* weight, int64_t n_rows, int64_t dim,
               float eps, float* y) {

@@ -38,6 +38,11 @@ void mul_rows(const LaunchTarget& target, float* y, const float* x, int64_t n_ro
 // out[i] = mean over r < n_rows of x[r * row_len + i], accumulated in double (n_rows >= 1).
 void mean_rows(const LaunchTarget& target, const float* x, int64_t n_rows, int64_t row_len, float* out);
 
+// dst[i] = values[i] for i < n <= kInlineInts (values in host memory, dst on the device), the values passed as
+// kernel arguments: a CUDA graph that recorded the launch holds them, and takes new ones as an argument update.
+constexpr int kInlineInts = 16;
+void write_inline_ints(const LaunchTarget& target, const int32_t* values, int n, int32_t* dst);
+
 // GELU as every backend computes it (ops/gelu.h: llama.cpp's f16 table). Only inputs in (-10, 10) are looked up,
 // and those round to f16 codes of magnitude at most 10.0 (kGeluLastCode), so the table holds those codes only,
 // positive then negative, as f16: 73 KiB instead of a float per f16 code (256 KiB).

@@ -261,24 +261,13 @@ size_t checked_row_bytes(const char* what, const WeightMatrix& w) {
 
 }  // namespace
 
-DeviceScratch::~DeviceScratch() {
-  // Destructors do not throw: a failure to release at teardown has nobody left to report to.
-  if (data_ != nullptr) cudaFree(data_);
-}
-
-void* DeviceScratch::bytes(size_t n) {
-  if (n > size_) {
-    // cudaFree waits for the device, so work still reading the old buffer finishes first.
-    if (data_ != nullptr) SPARROW_CUDA_CHECK(cudaFree(data_));
-    data_ = nullptr;
-    size_ = 0;
-    SPARROW_CUDA_CHECK(cudaMalloc(&data_, n));
-    size_ = n;
-  }
-  return data_;
-}
-
-MatmulContext::MatmulContext(cudaStream_t stream) : stream_(stream) {
+MatmulContext::MatmulContext(cudaStream_t stream)
+    : panel(stream),
+      activations(stream),
+      activation_bits(stream),
+      activation_scales(stream),
+      activation_sums(stream),
+      stream_(stream) {
   SPARROW_CUBLAS_CHECK(cublasCreate(&cublas_));
   const cublasStatus_t status = cublasSetStream(cublas_, stream_);
   if (status != CUBLAS_STATUS_SUCCESS) {

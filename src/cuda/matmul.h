@@ -19,31 +19,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/device_scratch.h"
 #include "formats/weight_matrix.h"
 
 namespace sparrow::cuda {
 
 // Products of up to this many tokens take the GEMV; more take the tensor-core GEMM.
 constexpr int64_t kMaxGemvTokens = 8;
-
-// Device memory that grows on demand and is kept across calls.
-class DeviceScratch {
- public:
-  DeviceScratch() = default;
-  ~DeviceScratch();
-  DeviceScratch(const DeviceScratch&) = delete;
-  DeviceScratch& operator=(const DeviceScratch&) = delete;
-  // At least n elements of T; valid until the next call.
-  template <class T>
-  T* get(size_t n) {
-    return static_cast<T*>(bytes(n * sizeof(T)));
-  }
-
- private:
-  void* bytes(size_t n);
-  void* data_ = nullptr;
-  size_t size_ = 0;
-};
 
 // Per-stream state for matrix products: cuBLAS handle and scratch (dequantized panels, converted activations).
 class MatmulContext {

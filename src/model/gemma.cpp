@@ -8,8 +8,13 @@
 namespace sparrow {
 
 GemmaForward::GemmaForward(Backend& backend, const ModelConfig& config, const ModelWeights& weights,
-                           KvCache& cache, int32_t max_tokens)
-    : backend_(backend), config_(config), weights_(weights), cache_(cache), max_tokens_(max_tokens) {
+                           KvCache& cache, int32_t max_tokens, bool record_decode)
+    : backend_(backend),
+      config_(config),
+      weights_(weights),
+      cache_(cache),
+      max_tokens_(max_tokens),
+      record_decode_(record_decode) {
   int64_t max_q = 0, max_kv = 0, max_ff = 0;
   for (const LayerConfig& l : config_.layers) {
     max_q = std::max<int64_t>(max_q, int64_t(l.head_dim) * config_.n_heads);
@@ -45,12 +50,32 @@ void GemmaForward::run(const int32_t* tokens, int32_t n, int32_t first_position,
   for (int32_t t = 0; t < n; ++t)
     if (tokens[t] < 0 || tokens[t] >= config_.n_vocab)
       throw Error("forward: token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
+  if (logits == Logits::All && !host_logits) throw Error("forward: every row's logits need a host buffer");
+  // A decode step is recorded and replayed (one graph launch on a GPU); if the recording fails, nothing of it
+  // ran, and the step runs again op by op.
+  const bool record = record_decode_ && n == 1;
+  if (!pass(tokens, n, first_position, logits, host_logits, record))
+    pass(tokens, n, first_position, logits, host_logits, false);
+}
 
+bool GemmaForward::pass(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits,
+                        float* host_logits, bool record) {
+  backend_.begin_pass(record);
+  try {
+    compute(tokens, n, first_position, logits, host_logits);
+  } catch (...) {
+    backend_.cancel_pass();
+    throw;
+  }
+  return backend_.end_pass();
+}
+
+void GemmaForward::compute(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits,
+                           float* host_logits) {
   // h = token_embd[id] * sqrt(n_embd)
   backend_.embed(weights_.token_embd, tokens, n, std::sqrt(float(config_.n_embd)), x_);
   if (config_.n_embd_per_layer > 0) per_layer_inputs(tokens, n);
   for (int32_t il = 0; il < config_.n_layer; ++il) layer(il, n, first_position);
-  if (logits == Logits::All && !host_logits) throw Error("forward: every row's logits need a host buffer");
   if (logits == Logits::All) output(0, n, host_logits);
   else if (logits == Logits::Last) output(n - 1, 1, host_logits);
 }

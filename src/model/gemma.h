@@ -12,9 +12,10 @@ namespace sparrow {
 
 class GemmaForward {
  public:
-  // max_tokens: the most tokens one run() may take (sizes the scratch buffers).
+  // max_tokens: the most tokens one run() may take (sizes the scratch buffers). record_decode: one-token passes
+  // ask the backend to record and replay them (Backend::begin_pass).
   GemmaForward(Backend& backend, const ModelConfig& config, const ModelWeights& weights, KvCache& cache,
-               int32_t max_tokens);
+               int32_t max_tokens, bool record_decode = true);
   ~GemmaForward();
   GemmaForward(const GemmaForward&) = delete;
   GemmaForward& operator=(const GemmaForward&) = delete;
@@ -28,6 +29,11 @@ class GemmaForward {
   const float* last_logits() const { return logits_; }
 
  private:
+  // One pass of run(), recorded by the backend when `record`; false when the recording failed and nothing ran.
+  bool pass(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits, float* host_logits,
+            bool record);
+  // The ops of one pass: embeddings, the layers, the logits asked for.
+  void compute(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits, float* host_logits);
   void per_layer_inputs(const int32_t* tokens, int32_t n);
   void layer(int32_t il, int32_t n, int32_t first_position);
   void attention(int32_t il, int32_t n, int32_t first_position);
@@ -41,6 +47,7 @@ class GemmaForward {
   const ModelWeights& weights_;
   KvCache& cache_;
   int32_t max_tokens_;
+  bool record_decode_;
   // Scratch activations, [max_tokens][width].
   float* x_;        // residual stream, n_embd
   float* xn_;       // normed input of a block, n_embd

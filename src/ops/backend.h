@@ -57,6 +57,16 @@ class Backend {
   virtual ~Backend() = default;
   virtual const char* name() const = 0;
 
+  // One forward pass: the ops between begin_pass and end_pass. With record, the backend may record them rather
+  // than run each as it comes, and run the recording at end_pass: on a GPU one CUDA graph launch replaces the
+  // pass's hundreds of kernel launches. A read, write or allocation in between first runs what was recorded.
+  // end_pass returns false when the recording failed and none of it ran; the caller then runs the pass again
+  // without recording (a forward pass may be repeated: it rewrites the same cache slots with the same values).
+  // cancel_pass drops an unfinished recording after an error. Backends that do not record ignore all three.
+  virtual void begin_pass(bool record) { (void)record; }
+  virtual bool end_pass() { return true; }
+  virtual void cancel_pass() {}
+
   // Buffers. alloc returns zeroed memory owned by the backend until free_buffer.
   virtual float* alloc(size_t n_floats) = 0;
   virtual void* alloc_bytes(size_t n_bytes) = 0;

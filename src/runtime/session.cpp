@@ -33,7 +33,7 @@ Session::Session(const Model& model, const SessionOptions& options) : model_(mod
   kv.layers = options.kv_layers;
   kv.center_keys = options.center_keys;
   cache_ = std::make_unique<KvCache>(*backend_, kv_layer_shapes(c), kv);
-  forward_ = std::make_unique<GemmaForward>(*backend_, c, model.weights, *cache_, n_batch_);
+  forward_ = std::make_unique<GemmaForward>(*backend_, c, model.weights, *cache_, n_batch_, options.record_decode);
 }
 
 void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {

@@ -21,6 +21,8 @@ struct SessionOptions {
   formats::KvCodec v_codec = formats::KvCodec::F16;
   std::vector<KvLayerOverride> kv_layers;
   KeyCentering center_keys = KeyCentering::Auto;
+  // Decode steps recorded and replayed by the backend (CUDA graphs on a GPU; Backend::begin_pass).
+  bool record_decode = true;
   // The backend the session runs on; empty: the model's device's (runtime/backends.h). It must work with the
   // weights the model's store placed (`sparrow lockstep` pairs them).
   std::function<std::unique_ptr<Backend>()> make_backend;

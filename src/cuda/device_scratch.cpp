@@ -1,0 +1,36 @@
+#include "cuda/device_scratch.h"
+
+#include <algorithm>
+
+#include "cuda/cuda_check.h"
+
+namespace sparrow::cuda {
+
+DeviceScratch::~DeviceScratch() {
+  // Destructors do not throw: a failure to release at teardown has nobody left to report to.
+  cudaStreamSynchronize(stream_);
+  for (void* p : retired_) cudaFree(p);
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+void* DeviceScratch::bytes(size_t n) {
+  if (n <= size_ && data_ != nullptr) return data_;
+  // Grown by half again, so that a context growing token by token does not reallocate every step.
+  const size_t size = std::max(n, size_ + size_ / 2);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  SPARROW_CUDA_CHECK(cudaStreamIsCapturing(stream_, &capture));
+  if (data_ != nullptr) retired_.push_back(data_);
+  data_ = nullptr;
+  size_ = 0;
+  if (capture == cudaStreamCaptureStatusNone) {
+    // Queued kernels may still read the old buffers.
+    SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    for (void* p : retired_) SPARROW_CUDA_CHECK(cudaFree(p));
+    retired_.clear();
+  }
+  SPARROW_CUDA_CHECK(cudaMalloc(&data_, size));
+  size_ = size;
+  return data_;
+}
+
+}  // namespace sparrow::cuda
