@@ -8,12 +8,12 @@
 namespace sparrow {
 
 GemmaForward::GemmaForward(Backend& backend, const ModelConfig& config, const ModelWeights& weights,
-                           KvCache& cache, int32_t max_tokens, bool record_decode)
+                           int32_t max_tokens, int32_t max_sequences, bool record_decode)
     : backend_(backend),
       config_(config),
       weights_(weights),
-      cache_(cache),
       max_tokens_(max_tokens),
+      logit_rows_(std::max(std::min(kLogitRows, max_tokens), max_sequences)),
       record_decode_(record_decode) {
   int64_t max_q = 0, max_kv = 0, max_ff = 0;
   for (const LayerConfig& l : config_.layers) {
@@ -34,35 +34,55 @@ GemmaForward::GemmaForward(Backend& backend, const ModelConfig& config, const Mo
   up_ = backend_.alloc(n * max_ff);
   ple_ = backend_.alloc(std::max<int64_t>(1, n * ple_width));
   ple_tmp_ = backend_.alloc(std::max<int64_t>(1, n * ple_width));
-  logits_ = backend_.alloc(int64_t(std::min(kLogitRows, max_tokens)) * config_.n_vocab);
+  logits_ = backend_.alloc(int64_t(logit_rows_) * config_.n_vocab);
 }
 
 GemmaForward::~GemmaForward() {
   for (float* p : {x_, xn_, block_, q_, k_, v_, attn_, gate_, up_, ple_, ple_tmp_, logits_}) backend_.free_buffer(p);
 }
 
-void GemmaForward::run(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits,
-                       float* host_logits) {
-  if (n <= 0 || n > max_tokens_) throw Error("forward: batch of " + std::to_string(n) + " tokens (max " +
-                                             std::to_string(max_tokens_) + ")");
-  if (first_position + n > cache_.n_ctx())
-    throw Error("forward: context full (" + std::to_string(cache_.n_ctx()) + " tokens)");
-  for (int32_t t = 0; t < n; ++t)
+void GemmaForward::check(const int32_t* tokens, std::span<const SequenceRun> runs, float* host_logits) const {
+  int64_t n = 0, kept = 0;
+  for (const SequenceRun& r : runs) {
+    if (!r.cache) throw Error("forward: a sequence without a KV cache");
+    if (r.n_tokens <= 0 || r.first_position < 0)
+      throw Error("forward: a sequence's run of " + std::to_string(r.n_tokens) + " tokens at position " +
+                  std::to_string(r.first_position));
+    if (int64_t(r.first_position) + r.n_tokens > r.cache->n_ctx())
+      throw Error("forward: context full (" + std::to_string(r.cache->n_ctx()) + " tokens)");
+    if (r.logits == Logits::All && !host_logits) throw Error("forward: every row's logits need a host buffer");
+    n += r.n_tokens;
+    kept += r.logits == Logits::All ? r.n_tokens : r.logits == Logits::Last ? 1 : 0;
+  }
+  if (n <= 0 || n > max_tokens_)
+    throw Error("forward: batch of " + std::to_string(n) + " tokens (max " + std::to_string(max_tokens_) + ")");
+  if (!host_logits && kept > logit_rows_)
+    throw Error("forward: " + std::to_string(kept) + " rows of logits need a host buffer (" +
+                std::to_string(logit_rows_) + " stay on the backend)");
+  for (int64_t t = 0; t < n; ++t)
     if (tokens[t] < 0 || tokens[t] >= config_.n_vocab)
       throw Error("forward: token id " + std::to_string(tokens[t]) + " is outside the vocabulary");
-  if (logits == Logits::All && !host_logits) throw Error("forward: every row's logits need a host buffer");
-  // A decode step is recorded and replayed (one graph launch on a GPU); if the recording fails, nothing of it
-  // ran, and the step runs again op by op.
-  const bool record = record_decode_ && n == 1;
-  if (!pass(tokens, n, first_position, logits, host_logits, record))
-    pass(tokens, n, first_position, logits, host_logits, false);
 }
 
-bool GemmaForward::pass(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits,
-                        float* host_logits, bool record) {
+void GemmaForward::run(const int32_t* tokens, std::span<const SequenceRun> runs, float* host_logits) {
+  check(tokens, runs, host_logits);
+  runs_.clear();
+  int32_t n = 0;
+  bool decode = true;  // one token per sequence
+  for (const SequenceRun& r : runs) {
+    runs_.push_back({r, n});
+    n += r.n_tokens;
+    decode = decode && r.n_tokens == 1;
+  }
+  // A decode step is recorded and replayed (one graph launch on a GPU); if the recording fails, nothing of it
+  // ran, and the step runs again op by op.
+  if (!pass(tokens, n, host_logits, record_decode_ && decode)) pass(tokens, n, host_logits, false);
+}
+
+bool GemmaForward::pass(const int32_t* tokens, int32_t n, float* host_logits, bool record) {
   backend_.begin_pass(record);
   try {
-    compute(tokens, n, first_position, logits, host_logits);
+    compute(tokens, n, host_logits);
   } catch (...) {
     backend_.cancel_pass();
     throw;
@@ -70,14 +90,19 @@ bool GemmaForward::pass(const int32_t* tokens, int32_t n, int32_t first_position
   return backend_.end_pass();
 }
 
-void GemmaForward::compute(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits,
-                           float* host_logits) {
+void GemmaForward::compute(const int32_t* tokens, int32_t n, float* host_logits) {
   // h = token_embd[id] * sqrt(n_embd)
   backend_.embed(weights_.token_embd, tokens, n, std::sqrt(float(config_.n_embd)), x_);
   if (config_.n_embd_per_layer > 0) per_layer_inputs(tokens, n);
-  for (int32_t il = 0; il < config_.n_layer; ++il) layer(il, n, first_position);
-  if (logits == Logits::All) output(0, n, host_logits);
-  else if (logits == Logits::Last) output(n - 1, 1, host_logits);
+  for (int32_t il = 0; il < config_.n_layer; ++il) layer(il, n);
+  std::vector<int32_t> kept;
+  for (const Placed& p : runs_) {
+    const int32_t last = p.first_token + p.run.n_tokens - 1;
+    if (p.run.logits == Logits::All)
+      for (int32_t t = p.first_token; t <= last; ++t) kept.push_back(t);
+    else if (p.run.logits == Logits::Last) kept.push_back(last);
+  }
+  if (!kept.empty()) output(kept, host_logits);
 }
 
 // Gemma 4 PLE: pli = (per_layer_token_embd[id] * sqrt(P) + RMSNorm(W_proj e / sqrt(n_embd)) * norm) / sqrt(2),
@@ -93,12 +118,12 @@ void GemmaForward::per_layer_inputs(const int32_t* tokens, int32_t n) {
   backend_.scale(ple_, 1.0f / std::sqrt(2.0f), n * width);
 }
 
-void GemmaForward::layer(int32_t il, int32_t n, int32_t first_position) {
+void GemmaForward::layer(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t rows = n;
   // h += post_attention_norm(attention(attn_norm(h)))
   backend_.rms_norm(x_, w.attn_norm, rows, config_.n_embd, config_.rms_eps, xn_);
-  attention(il, n, first_position);
+  attention(il, n);
   backend_.rms_norm(block_, w.post_attention_norm, rows, config_.n_embd, config_.rms_eps, block_);
   backend_.add(x_, block_, rows * config_.n_embd);
   // h += post_ffw_norm(ffn(ffn_norm(h)))
@@ -119,16 +144,15 @@ RopeParams GemmaForward::rope_params(const LayerConfig& l) const {
   return p;
 }
 
-void GemmaForward::attention(int32_t il, int32_t n, int32_t first_position) {
+void GemmaForward::attention(int32_t il, int32_t n) {
   const LayerConfig& l = config_.layers[il];
   const LayerWeights& w = weights_.layers[il];
   const int32_t d = l.head_dim;
+  const int64_t q_width = int64_t(config_.n_heads) * d, kv_width = int64_t(l.n_kv_heads) * d;
   const RopeParams rope = rope_params(l);
   // q = RoPE(RMSNorm_head(Wq x) * q_norm)
   backend_.matmul(w.attn_q, xn_, n, q_);
   backend_.rms_norm(q_, w.attn_q_norm, int64_t(n) * config_.n_heads, d, config_.rms_eps, q_);
-  backend_.rope(q_, n, config_.n_heads, d, first_position, rope);
-  const KvLayerView& kv = cache_.layer(il);
   if (l.owns_kv) {
     // k = RoPE(RMSNorm_head(Wk x) * k_norm); v = Wv x (Gemma 4 k_eq_v: the raw K projection),
     // Gemma 4 then normalizes v per head without a weight.
@@ -137,20 +161,29 @@ void GemmaForward::attention(int32_t il, int32_t n, int32_t first_position) {
     if (w.attn_v.data) backend_.matmul(w.attn_v, xn_, n, v_);
     else backend_.copy(v_, k_, kv_rows * d);
     backend_.rms_norm(k_, w.attn_k_norm, kv_rows, d, config_.rms_eps, k_);
-    backend_.rope(k_, n, l.n_kv_heads, d, first_position, rope);
     if (config_.normalize_v) backend_.rms_norm(v_, nullptr, kv_rows, d, config_.rms_eps, v_);
-    cache_.store(il, k_, v_, n, first_position);
   }
-  AttentionArgs args;
-  args.q = q_;
-  args.out = attn_;
-  args.n_tokens = n;
-  args.n_heads = config_.n_heads;
-  args.first_position = first_position;
-  args.sliding_window = l.sliding ? config_.sliding_window : 0;
-  args.scale = config_.attention_scale;
-  args.kv = kv;
-  backend_.attention(args);
+  // Positions and KV are each sequence's own.
+  for (const Placed& p : runs_) {
+    const SequenceRun& r = p.run;
+    float* q = q_ + p.first_token * q_width;
+    backend_.rope(q, r.n_tokens, config_.n_heads, d, r.first_position, rope);
+    if (l.owns_kv) {
+      float* k = k_ + p.first_token * kv_width;
+      backend_.rope(k, r.n_tokens, l.n_kv_heads, d, r.first_position, rope);
+      r.cache->store(il, k, v_ + p.first_token * kv_width, r.n_tokens, r.first_position);
+    }
+    AttentionArgs args;
+    args.q = q;
+    args.out = attn_ + p.first_token * q_width;
+    args.n_tokens = r.n_tokens;
+    args.n_heads = config_.n_heads;
+    args.first_position = r.first_position;
+    args.sliding_window = l.sliding ? config_.sliding_window : 0;
+    args.scale = config_.attention_scale;
+    args.kv = r.cache->layer(il);
+    backend_.attention(args);
+  }
   backend_.matmul(w.attn_output, attn_, n, block_);
 }
 
@@ -176,14 +209,21 @@ void GemmaForward::per_layer_embedding(int32_t il, int32_t n) {
   backend_.add(x_, block_, int64_t(n) * config_.n_embd);
 }
 
-// logits = softcap(token_embd · output_norm(h)), kLogitRows rows at a time so the vocabulary-sized buffer
-// stays small while the output matrix is still read once per chunk, not once per row. The last chunk's last
-// row is left at the start of logits_ only when it is the sole row (Logits::Last), which is what sampling reads.
-void GemmaForward::output(int32_t first_row, int32_t n_rows, float* host_logits) {
-  for (int32_t r = 0; r < n_rows; r += kLogitRows) {
-    const int32_t chunk = std::min(kLogitRows, n_rows - r);
-    const float* h = x_ + int64_t(first_row + r) * config_.n_embd;
-    backend_.rms_norm(h, weights_.output_norm, chunk, config_.n_embd, config_.rms_eps, xn_);
+// logits = softcap(token_embd · output_norm(h)) for the kept rows, logit_rows_ at a time, so that the
+// vocabulary-sized buffer stays small while the output matrix is still read once per chunk, not once per row.
+// Rows that are not consecutive in the batch (the last token of each sequence) are gathered first. Without host
+// logits every kept row fits one chunk (check()), and they stay in logits_ for sampling.
+void GemmaForward::output(const std::vector<int32_t>& rows, float* host_logits) {
+  const int64_t n_embd = config_.n_embd;
+  for (size_t r = 0; r < rows.size(); r += size_t(logit_rows_)) {
+    const int32_t chunk = int32_t(std::min(rows.size() - r, size_t(logit_rows_)));
+    const bool consecutive = rows[r + chunk - 1] - rows[r] == chunk - 1;
+    const float* h = x_ + rows[r] * n_embd;
+    if (!consecutive) {
+      for (int32_t i = 0; i < chunk; ++i) backend_.copy(block_ + i * n_embd, x_ + rows[r + i] * n_embd, n_embd);
+      h = block_;
+    }
+    backend_.rms_norm(h, weights_.output_norm, chunk, n_embd, config_.rms_eps, xn_);
     backend_.matmul(weights_.output, xn_, chunk, logits_);
     const int64_t n_out = int64_t(chunk) * config_.n_vocab;
     if (config_.final_softcap > 0) backend_.softcap(logits_, config_.final_softcap, n_out);

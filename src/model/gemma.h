@@ -2,6 +2,8 @@
 // The Gemma 3 / Gemma 4 text decoder forward pass, written once against the Backend op interface.
 // Read it beside docs/gemma.md: each step is one op.
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "kv/kv_cache.h"
 #include "model/config.h"
@@ -12,42 +14,67 @@ namespace sparrow {
 
 class GemmaForward {
  public:
-  // max_tokens: the most tokens one run() may take (sizes the scratch buffers). record_decode: one-token passes
-  // ask the backend to record and replay them (Backend::begin_pass).
-  GemmaForward(Backend& backend, const ModelConfig& config, const ModelWeights& weights, KvCache& cache,
-               int32_t max_tokens, bool record_decode = true);
+  // max_tokens: the most tokens one pass may take (sizes the scratch buffers); max_sequences: the most sequences
+  // whose last logits one pass keeps on the backend (sizes the logits buffer). record_decode: passes of one token
+  // per sequence ask the backend to record and replay them (Backend::begin_pass).
+  GemmaForward(Backend& backend, const ModelConfig& config, const ModelWeights& weights, int32_t max_tokens,
+               int32_t max_sequences = 1, bool record_decode = true);
   ~GemmaForward();
   GemmaForward(const GemmaForward&) = delete;
   GemmaForward& operator=(const GemmaForward&) = delete;
 
   enum class Logits { None, Last, All };
-  // Runs n tokens at positions first_position.. (their K/V enter the cache) and computes the logits of none
-  // of them (prefill chunks that only fill the cache), the last, or all. They are copied to host_logits
-  // (n_vocab floats per row) when it is not null; All needs it. The last row computed stays in backend
-  // memory (last_logits()) until the next run, so a GPU can sample without copying the vocabulary back.
-  void run(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits, float* host_logits);
-  const float* last_logits() const { return logits_; }
+  // One sequence's part of a pass: the next n_tokens tokens of the batch, at positions first_position.., their
+  // K/V written to (and their attention reading) `cache`, and the logits kept of none, the last or all of them.
+  struct SequenceRun {
+    KvCache* cache = nullptr;
+    int32_t first_position = 0;
+    int32_t n_tokens = 0;
+    Logits logits = Logits::Last;
+  };
+
+  // One forward pass over the tokens of several sequences: the matrix products and element-wise ops run once
+  // over the whole batch (one read of the weights), rope, the KV writes and attention per sequence. The kept
+  // logits, in run order, are copied to host_logits (n_vocab floats per row) when it is not null (Logits::All
+  // needs it); otherwise they stay in backend memory (logits_row) until the next pass, so that a GPU can sample
+  // without copying the vocabulary back.
+  void run(const int32_t* tokens, std::span<const SequenceRun> runs, float* host_logits);
+  // The single-sequence pass: n tokens at positions first_position.. of `cache`.
+  void run(KvCache& cache, const int32_t* tokens, int32_t n, int32_t first_position, Logits logits,
+           float* host_logits) {
+    const SequenceRun r{&cache, first_position, n, logits};
+    run(tokens, std::span<const SequenceRun>(&r, 1), host_logits);
+  }
+  // Kept row i of the last pass without host logits, in backend memory.
+  const float* logits_row(int32_t i) const { return logits_ + int64_t(i) * config_.n_vocab; }
 
  private:
-  // One pass of run(), recorded by the backend when `record`; false when the recording failed and nothing ran.
-  bool pass(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits, float* host_logits,
-            bool record);
+  // A run with where its tokens start in the batch.
+  struct Placed {
+    SequenceRun run;
+    int32_t first_token;
+  };
+  void check(const int32_t* tokens, std::span<const SequenceRun> runs, float* host_logits) const;
+  // One pass, recorded by the backend when `record`; false when the recording failed and nothing ran.
+  bool pass(const int32_t* tokens, int32_t n, float* host_logits, bool record);
   // The ops of one pass: embeddings, the layers, the logits asked for.
-  void compute(const int32_t* tokens, int32_t n, int32_t first_position, Logits logits, float* host_logits);
+  void compute(const int32_t* tokens, int32_t n, float* host_logits);
   void per_layer_inputs(const int32_t* tokens, int32_t n);
-  void layer(int32_t il, int32_t n, int32_t first_position);
-  void attention(int32_t il, int32_t n, int32_t first_position);
+  void layer(int32_t il, int32_t n);
+  void attention(int32_t il, int32_t n);
   void feed_forward(int32_t il, int32_t n);
   void per_layer_embedding(int32_t il, int32_t n);
-  void output(int32_t first_row, int32_t n_rows, float* host_logits);
+  // Logits of the kept rows (batch row indices), logit_rows_ at a time.
+  void output(const std::vector<int32_t>& rows, float* host_logits);
   RopeParams rope_params(const LayerConfig& l) const;
 
   Backend& backend_;
   const ModelConfig& config_;
   const ModelWeights& weights_;
-  KvCache& cache_;
   int32_t max_tokens_;
+  int32_t logit_rows_;  // rows of logits_
   bool record_decode_;
+  std::vector<Placed> runs_;  // the current pass's runs
   // Scratch activations, [max_tokens][width].
   float* x_;        // residual stream, n_embd
   float* xn_;       // normed input of a block, n_embd
@@ -60,7 +87,7 @@ class GemmaForward {
   float* up_;
   float* ple_;      // Gemma 4 per-layer inputs, n_layer * P
   float* ple_tmp_;  // n_layer * P
-  float* logits_;   // [kLogitRows][n_vocab]
+  float* logits_;   // [logit_rows_][n_vocab]
   static constexpr int32_t kLogitRows = 16;
 };
 

@@ -5,35 +5,44 @@
 #include "util/error.h"
 
 namespace sparrow {
-namespace {
 
-std::vector<KvLayerShape> kv_layer_shapes(const ModelConfig& config) {
-  std::vector<KvLayerShape> shapes;
-  for (const LayerConfig& l : config.layers)
-    shapes.push_back({.sliding = l.sliding, .head_dim = l.head_dim, .n_kv_heads = l.n_kv_heads,
-                      .owns_kv = l.owns_kv, .kv_source = l.kv_source});
-  return shapes;
+SessionSizes SessionSizes::resolve(const ModelConfig& c, const SessionOptions& options) {
+  SessionSizes sizes;
+  sizes.n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
+  if (sizes.n_ctx > (1 << 24))
+    throw Error("context size " + std::to_string(sizes.n_ctx) + " is too large (at most 16777216 tokens)");
+  sizes.n_batch = std::clamp(options.n_batch > 0 ? options.n_batch : 512, 1, sizes.n_ctx);
+  return sizes;
 }
 
-}  // namespace
+std::unique_ptr<Backend> make_session_backend(const Model& model, const SessionOptions& options) {
+  return options.make_backend ? options.make_backend() : make_backend(model.device, options.n_threads);
+}
 
-Session::Session(const Model& model, const SessionOptions& options) : model_(model) {
-  const ModelConfig& c = model.config;
-  const int32_t n_ctx = options.n_ctx > 0 ? options.n_ctx : std::min(c.n_ctx_train, 4096);
-  if (n_ctx > (1 << 24))
-    throw Error("context size " + std::to_string(n_ctx) + " is too large (at most 16777216 tokens)");
-  n_batch_ = std::clamp(options.n_batch > 0 ? options.n_batch : 512, 1, n_ctx);
-  backend_ = options.make_backend ? options.make_backend() : make_backend(model.device, options.n_threads);
+std::unique_ptr<KvCache> make_sequence_cache(Backend& backend, const ModelConfig& c, const SessionOptions& options,
+                                             const SessionSizes& sizes) {
+  std::vector<KvLayerShape> shapes;
+  for (const LayerConfig& l : c.layers)
+    shapes.push_back({.sliding = l.sliding, .head_dim = l.head_dim, .n_kv_heads = l.n_kv_heads,
+                      .owns_kv = l.owns_kv, .kv_source = l.kv_source});
   KvCacheOptions kv;
-  kv.n_ctx = n_ctx;
-  kv.n_batch = n_batch_;
+  kv.n_ctx = sizes.n_ctx;
+  kv.n_batch = sizes.n_batch;
   kv.sliding_window = c.sliding_window;
   kv.k_codec = options.k_codec;
   kv.v_codec = options.v_codec;
   kv.layers = options.kv_layers;
   kv.center_keys = options.center_keys;
-  cache_ = std::make_unique<KvCache>(*backend_, kv_layer_shapes(c), kv);
-  forward_ = std::make_unique<GemmaForward>(*backend_, c, model.weights, *cache_, n_batch_, options.record_decode);
+  return std::make_unique<KvCache>(backend, std::move(shapes), kv);
+}
+
+Session::Session(const Model& model, const SessionOptions& options) : model_(model) {
+  const SessionSizes sizes = SessionSizes::resolve(model.config, options);
+  n_batch_ = sizes.n_batch;
+  backend_ = make_session_backend(model, options);
+  cache_ = make_sequence_cache(*backend_, model.config, options, sizes);
+  forward_ = std::make_unique<GemmaForward>(*backend_, model.config, model.weights, n_batch_, 1,
+                                            options.record_decode);
 }
 
 void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {
@@ -49,8 +58,8 @@ void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {
     const int32_t chunk = std::min(n_batch_, n - done);
     const bool last_chunk = done + chunk == n;
     // Chunks before the last only fill the KV cache unless every row's logits are wanted.
-    if (all_logits) forward_->run(tokens + done, chunk, n_past_, Logits::All, logits_.data() + done * n_vocab);
-    else forward_->run(tokens + done, chunk, n_past_, last_chunk ? Logits::Last : Logits::None, nullptr);
+    if (all_logits) forward_->run(*cache_, tokens + done, chunk, n_past_, Logits::All, logits_.data() + done * n_vocab);
+    else forward_->run(*cache_, tokens + done, chunk, n_past_, last_chunk ? Logits::Last : Logits::None, nullptr);
     n_past_ += chunk;
     furthest_ = std::max(furthest_, n_past_);
   }
@@ -61,7 +70,7 @@ void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {
 int32_t Session::sample(Sampler& sampler) {
   if (n_logit_rows_ == 0) throw Error("sample: nothing decoded yet");
   if (host_logits_valid_) return sampler.sample(logits(-1), model_.config.n_vocab);
-  return backend_->sample(forward_->last_logits(), model_.config.n_vocab, sampler.params(), sampler.next_uniform());
+  return backend_->sample(forward_->logits_row(0), model_.config.n_vocab, sampler.params(), sampler.next_uniform());
 }
 
 void Session::truncate(int32_t n_past) {
@@ -82,7 +91,7 @@ const float* Session::logits(int32_t i) {
   if (i >= n_logit_rows_) throw Error("logits: row " + std::to_string(i) + " was not kept");
   if (!host_logits_valid_) {
     logits_.resize(model_.config.n_vocab);
-    backend_->read(forward_->last_logits(), logits_.data(), logits_.size());
+    backend_->read(forward_->logits_row(0), logits_.data(), logits_.size());
     host_logits_valid_ = true;
   }
   return logits_.data() + size_t(i) * model_.config.n_vocab;

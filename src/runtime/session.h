@@ -28,6 +28,19 @@ struct SessionOptions {
   std::function<std::unique_ptr<Backend>()> make_backend;
 };
 
+// The context and batch sizes options ask for: n_ctx 0 means min(training context, 4096), n_batch 0 means 512,
+// and n_batch is at most n_ctx. Throws for a context above 2^24 tokens.
+struct SessionSizes {
+  int32_t n_ctx = 0;
+  int32_t n_batch = 0;
+  static SessionSizes resolve(const ModelConfig& c, const SessionOptions& options);
+};
+// The backend a session runs on (options.make_backend, or the model's device's).
+std::unique_ptr<Backend> make_session_backend(const Model& model, const SessionOptions& options);
+// One sequence's KV cache with options' codecs, centering and per-layer overrides.
+std::unique_ptr<KvCache> make_sequence_cache(Backend& backend, const ModelConfig& c, const SessionOptions& options,
+                                             const SessionSizes& sizes);
+
 class Session {
  public:
   Session(const Model& model, const SessionOptions& options);

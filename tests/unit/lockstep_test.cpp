@@ -9,6 +9,7 @@
 #include <set>
 
 #include "cli_test_util.h"
+#include "forwarding_backend.h"
 #include "runtime/model.h"
 #include "runtime/session.h"
 
@@ -28,63 +29,13 @@ const fs::path& tiny_model() {
 }
 
 // Every op forwarded to a CPU backend, except that rms_norm's output comes out 0.1% too large.
-class ScaledNormBackend final : public Backend {
+class ScaledNormBackend final : public testing::ForwardingBackend {
  public:
-  ScaledNormBackend() : cpu_(make_cpu_backend(1)) {}
-  const char* name() const override { return "scaled-norm"; }
-  float* alloc(size_t n) override { return cpu_->alloc(n); }
-  void* alloc_bytes(size_t n) override { return cpu_->alloc_bytes(n); }
-  void free_buffer(void* p) override { cpu_->free_buffer(p); }
-  void read(const float* s, float* d, size_t n) override { cpu_->read(s, d, n); }
-  void write(float* d, const float* s, size_t n) override { cpu_->write(d, s, n); }
-  void read_bytes(const void* s, void* d, size_t n) override { cpu_->read_bytes(s, d, n); }
-  void write_bytes(void* d, const void* s, size_t n) override { cpu_->write_bytes(d, s, n); }
-  size_t memory_capacity() const override { return cpu_->memory_capacity(); }
-  void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y) override { cpu_->matmul(w, x, n, y); }
-  void embed(const WeightMatrix& w, const int32_t* ids, int64_t n, float s, float* out) override {
-    cpu_->embed(w, ids, n, s, out);
-  }
+  ScaledNormBackend() : ForwardingBackend(make_cpu_backend(1)) {}
   void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override {
-    cpu_->rms_norm(x, w, rows, dim, eps, y);
-    cpu_->scale(y, 1.001f, rows * dim);
+    inner().rms_norm(x, w, rows, dim, eps, y);
+    inner().scale(y, 1.001f, rows * dim);
   }
-  void rope(float* x, int64_t n, int32_t h, int32_t d, int32_t p, const RopeParams& r) override {
-    cpu_->rope(x, n, h, d, p, r);
-  }
-  void gelu_mul(const float* g, const float* u, int64_t n, float* y) override { cpu_->gelu_mul(g, u, n, y); }
-  void add(float* y, const float* x, int64_t n) override { cpu_->add(y, x, n); }
-  void scale(float* y, float s, int64_t n) override { cpu_->scale(y, s, n); }
-  void softcap(float* y, float c, int64_t n) override { cpu_->softcap(y, c, n); }
-  void copy(float* y, const float* x, int64_t n) override { cpu_->copy(y, x, n); }
-  void mul_rows(float* y, const float* x, int64_t r, int64_t l, int64_t s) override { cpu_->mul_rows(y, x, r, l, s); }
-  void mean_rows(const float* x, int64_t r, int64_t l, float* out) override { cpu_->mean_rows(x, r, l, out); }
-  int32_t sample(const float* l, int64_t n, const SamplingParams& p, float u) override {
-    return cpu_->sample(l, n, p, u);
-  }
-  void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n, int32_t p) override {
-    cpu_->kv_store(kv, k, v, n, p);
-  }
-  void attention(const AttentionArgs& a) override { cpu_->attention(a); }
-  void kv_encode(formats::KvCodec c, int d, const float* x, int64_t n, uint8_t* b) override {
-    cpu_->kv_encode(c, d, x, n, b);
-  }
-  void kv_decode(formats::KvCodec c, int d, const uint8_t* b, int64_t n, float* x) override {
-    cpu_->kv_decode(c, d, b, n, x);
-  }
-  void kv_score(formats::KvCodec c, int d, const float* q, int64_t nq, const uint8_t* b, int64_t nb,
-                float* s) override {
-    cpu_->kv_score(c, d, q, nq, b, nb, s);
-  }
-  void kv_accumulate(formats::KvCodec c, int d, const float* w, int64_t ns, const uint8_t* b, int64_t nb,
-                     float* acc) override {
-    cpu_->kv_accumulate(c, d, w, ns, b, nb, acc);
-  }
-  void kv_finish(formats::KvCodec c, int d, const float* acc, int64_t n, float* out) override {
-    cpu_->kv_finish(c, d, acc, n, out);
-  }
-
- private:
-  std::unique_ptr<Backend> cpu_;
 };
 
 // Runs the tiny model's prompt and two decode steps in lockstep; returns the records.
