@@ -11,7 +11,9 @@
 
 #include "cuda/activations.h"
 #include "cuda/cuda_check.h"
+#include "cuda/matmul_mma.h"
 #include "formats/weight_formats.h"
+#include "formats/weight_int8.h"
 #include "util/error.h"
 
 namespace sparrow::cuda {
@@ -161,58 +163,31 @@ void launch_gemv(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, co
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Prefill path: cuBLAS. F16 / BF16 weights as they are, on tensor cores; the rest through panels of W
-// dequantized to f32, in full fp32.
+// Prefill path for the float types: cuBLAS. F16 / BF16 weights as they are, on tensor cores; F32 in full fp32.
+// (Block types take the integer tensor-core kernel of matmul_mma.cu.)
 
-constexpr size_t kPanelBytes = size_t(64) << 20;  // dequantized rows per GEMM: bounds the scratch
 constexpr int kThreads = 256;
 
-// panel[r][i] = W[row_begin + r][i] for r < n_rows; one thread per run, grid-stride.
-template <TensorType T>
-__global__ void __launch_bounds__(kThreads)
-    dequantize_rows_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t row_begin,
-                           int64_t n_rows, float* __restrict__ panel) {
-  const int64_t runs_per_row = n_in / kRunElements, total = n_rows * runs_per_row;
-  for (int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; k < total; k += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t r = k / runs_per_row, e = (k % runs_per_row) * kRunElements;
-    float v[kRunElements];
-    decode_row_run<T>(w, row_bytes, row_begin + r, e, v);
-    store_run(panel + r * n_in + e, v);
-  }
-}
-
-unsigned grid_for(int64_t work_items) {
-  return unsigned(std::clamp<int64_t>((work_items + kThreads - 1) / kThreads, 1, int64_t(1) << 20));
-}
-
-// y[t][o] (row stride ldy) = sum_i a[o][i] x[t][i] for o < rows, a and x of cuBLAS element type `type`, fp32
-// accumulation: column-major, Y^T = A^T-as-stored times X.
+// y[t][o] = sum_i a[o][i] x[t][i], a and x of cuBLAS element type `type`, fp32 accumulation: column-major,
+// Y^T = A^T-as-stored times X.
 void gemm(MatmulContext& ctx, cudaDataType_t type, const void* a, int64_t rows, int64_t n_in, const void* x,
-          int64_t n_tokens, float* y, int64_t ldy) {
+          int64_t n_tokens, float* y) {
   const float alpha = 1.0f, beta = 0.0f;
   SPARROW_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n_tokens), int(n_in),
-                                    &alpha, a, type, int(n_in), x, type, int(n_in), &beta, y, CUDA_R_32F, int(ldy),
+                                    &alpha, a, type, int(n_in), x, type, int(n_in), &beta, y, CUDA_R_32F, int(rows),
                                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
-// x_half: the activations' f16 / bf16 encodings (F16 / BF16 weights), else null; x: the rounded floats.
+// x: the activations as floats (F32), x_half: their f16 / bf16 encodings (F16 / BF16).
 template <TensorType T>
-void gemm_through_panels(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, const float* x,
-                         const uint16_t* x_half, int64_t n_tokens, float* y) {
+void float_gemm(MatmulContext& ctx, const WeightMatrix& w, const float* x, const uint16_t* x_half, int64_t n_tokens,
+                float* y) {
+  static_assert(T == TensorType::F32 || T == TensorType::F16 || T == TensorType::BF16,
+                "a block type needs formats::WeightInt8 (its prefill is the integer tensor-core kernel)");
   if constexpr (T == TensorType::F32) {
-    gemm(ctx, CUDA_R_32F, w.data, w.n_out, w.n_in, x, n_tokens, y, w.n_out);
-  } else if constexpr (T == TensorType::F16 || T == TensorType::BF16) {
-    gemm(ctx, T == TensorType::F16 ? CUDA_R_16F : CUDA_R_16BF, w.data, w.n_out, w.n_in, x_half, n_tokens, y, w.n_out);
+    gemm(ctx, CUDA_R_32F, w.data, w.n_out, w.n_in, x, n_tokens, y);
   } else {
-    const int64_t panel_rows = std::clamp<int64_t>(int64_t(kPanelBytes / sizeof(float)) / w.n_in, 1, w.n_out);
-    float* panel = ctx.panel.get<float>(size_t(panel_rows * w.n_in));
-    for (int64_t r0 = 0; r0 < w.n_out; r0 += panel_rows) {
-      const int64_t rows = std::min(panel_rows, w.n_out - r0);
-      dequantize_rows_kernel<T><<<grid_for(rows * (w.n_in / kRunElements)), kThreads, 0, ctx.stream()>>>(
-          static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, r0, rows, panel);
-      SPARROW_CUDA_CHECK_LAUNCH();
-      gemm(ctx, CUDA_R_32F, panel, rows, w.n_in, x, n_tokens, y + r0, w.n_out);
-    }
+    gemm(ctx, T == TensorType::F16 ? CUDA_R_16F : CUDA_R_16BF, w.data, w.n_out, w.n_in, x_half, n_tokens, y);
   }
 }
 
@@ -262,8 +237,7 @@ size_t checked_row_bytes(const char* what, const WeightMatrix& w) {
 }  // namespace
 
 MatmulContext::MatmulContext(cudaStream_t stream)
-    : panel(stream),
-      activations(stream),
+    : activations(stream),
       activation_bits(stream),
       activation_scales(stream),
       activation_sums(stream),
@@ -287,6 +261,18 @@ void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n
     }
     if (n_tokens == 0) return;
     if (x == nullptr || y == nullptr) throw Error("cuda::matmul: null activations or output");
+    // Prefill with block weights: their 8-bit codes times the activations' on integer tensor cores.
+    if constexpr (formats::WeightInt8<T>::kSupported) {
+      if (n_tokens > kMaxGemvTokens) {
+        const size_t n = size_t(n_tokens * w.n_in);
+        const ActivationOutputs q8{.q = ctx.activation_bits.get<int8_t>(n),
+                                   .scale = ctx.activation_scales.get<float>(n / 32),
+                                   .sum32 = ctx.activation_sums.get<float>(n / 32)};
+        quantize_activations(ctx.stream(), formats::find_weight_format(T)->activation, x, n_tokens, w.n_in, q8);
+        matmul_int8_mma(ctx, w, q8.q, q8.scale, q8.sum32, n_tokens, y);
+        return;
+      }
+    }
     // The activations as the CPU multiplies them with this weight type (activations.h).
     constexpr formats::ActivationFormat kActivation = formats::find_weight_format(T)->activation;
     const bool half_gemm = (T == TensorType::F16 || T == TensorType::BF16) && n_tokens > kMaxGemvTokens;
@@ -306,8 +292,8 @@ void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n
     }
     if (n_tokens <= kMaxGemvTokens) {
       launch_gemv<T>(ctx, w, row_bytes, rounded, n_tokens, y);
-    } else {
-      gemm_through_panels<T>(ctx, w, row_bytes, rounded, half, n_tokens, y);
+    } else if constexpr (!formats::WeightInt8<T>::kSupported) {
+      float_gemm<T>(ctx, w, rounded, half, n_tokens, y);
     }
   });
 }

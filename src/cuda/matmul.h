@@ -8,9 +8,10 @@
 //  - decode (n_tokens <= kMaxGemvTokens): a GEMV that reads each weight byte once: one warp per output row,
 //    the row staged through shared memory with 16-byte loads, activations in shared memory, fp32 products and
 //    accumulation, warp-shuffle reduction. Weights are decoded exactly (bit for bit as on the CPU reference).
-//  - prefill: f16 and bf16 weights go to cuBLAS as they are, against the activations' 16-bit encodings, on
-//    tensor cores with fp32 accumulation (the products of two halves are exact in fp32). Other types: cuBLAS
-//    over panels of W dequantized to f32 by a Sparrow kernel, in full fp32 (CUBLAS_COMPUTE_32F). Not TF32: on
+//  - prefill: block types on integer tensor cores, their 8-bit codes times the activations' (matmul_mma.h);
+//    f16 and bf16 weights go to cuBLAS as they are, against the activations' 16-bit encodings, on tensor cores
+//    with fp32 accumulation (the products of two halves are exact in fp32); f32 to cuBLAS in full fp32
+//    (CUBLAS_COMPUTE_32F). Not TF32: on
 //    an H200 its 10-bit inputs moved a float-weight model's logits by 3e-3 of max|logit| against the CPU, three
 //    times the parity budget (scripts/gpu-e2e, 2026-12-03). Error bounds: tests/gpu/matmul_test.cpp.
 #include <cublas_v2.h>
@@ -27,7 +28,7 @@ namespace sparrow::cuda {
 // Products of up to this many tokens take the GEMV; more take the tensor-core GEMM.
 constexpr int64_t kMaxGemvTokens = 8;
 
-// Per-stream state for matrix products: cuBLAS handle and scratch (dequantized panels, converted activations).
+// Per-stream state for matrix products: cuBLAS handle and scratch (converted activations).
 class MatmulContext {
  public:
   explicit MatmulContext(cudaStream_t stream);
@@ -37,7 +38,7 @@ class MatmulContext {
 
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
-  DeviceScratch panel, activations, activation_bits, activation_scales, activation_sums;
+  DeviceScratch activations, activation_bits, activation_scales, activation_sums;
 
  private:
   cudaStream_t stream_;

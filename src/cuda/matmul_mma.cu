@@ -1,0 +1,374 @@
+// Tensor-core prefill GEMM on 8-bit codes (matmul_mma.h), for the block weight types of formats/weight_int8.h.
+//
+// Launch: grid (ceil(n_out / 128), ceil(n_tokens / 64)), 256 threads (8 warps). A CTA computes a tile of 128
+// output rows x 64 tokens, walking n_in in steps of kTileK = 128 elements (the last step may be shorter: n_in is
+// only a multiple of the block, 32 for the legacy types). Per step:
+//  - staging: each thread decodes whole weight sub-blocks straight from global memory through
+//    WeightInt8<T>::decode_sub_block into shared memory (w_codes[row][k], int8, plus w_scale / w_min per
+//    sub-block and row); the activations' codes are copied with 16-byte loads (x_codes[token][k]), and each
+//    (token, sub-block) gets its activation scale and offset term (x_scale / x_offset). Rows past n_out and
+//    tokens past n_tokens are staged as zeros and never written out.
+//  - compute: warp w owns rows 32 (w % 4) .. + 32 and tokens 32 (w / 4) .. + 32 of the tile: 2 x 4 mma tiles
+//    of 16 rows x 8 tokens. For every sub-block in order, one mma per tile over the sub-block's k range
+//    (m16n8k32 for 32-element sub-blocks, m16n8k16 for 16-element ones) gives its exact int32 dot products;
+//    they are then scaled and added to fp32 accumulators (below). The fp32 sum of an output is therefore the
+//    per-sub-block terms added in sub-block order, the same order for every tile shape and token count.
+// Shared memory: 128 and 64 rows of 144 bytes (128 codes + 16 bytes of padding, so that the 8 rows a fragment
+// load touches start in 8 different 4-bank groups) plus the per-sub-block floats: 33 KiB (32-element
+// sub-blocks) or 39 KiB (16-element), static.
+//
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k32 / mma.m16n8k16", integer types), for lane
+// = 4 g + q (g = groupID 0..7, q = threadID_in_group 0..3); A is 16 rows x k (row-major: weight rows, codes
+// along k), B is k x 8 (column-major: a token's codes along k), C/D 16 x 8 int32:
+//   m16n8k32  A: a0 = A[g][4q .. 4q+3], a1 = A[g+8][4q ..], a2 = A[g][16+4q ..], a3 = A[g+8][16+4q ..]
+//             B: b0 = B[4q .. 4q+3][g], b1 = B[16+4q .. 16+4q+3][g]
+//   m16n8k16  A: a0 = A[g][4q .. 4q+3], a1 = A[g+8][4q ..];  B: b0 = B[4q .. 4q+3][g]
+//   C/D:      c0 = C[g][2q], c1 = C[g][2q+1], c2 = C[g+8][2q], c3 = C[g+8][2q+1]
+// Four consecutive k of one row (of A) or one token (of B) are one 32-bit word of the staged tiles.
+//
+// int32 to float: the mma's accumulator input is the bit pattern of 1.5 * 2^23 (0x4B400000). A sub-block's dot
+// product d satisfies |d| <= 32 * 128 * 128 = 2^19 < 2^22, so the int32 result, read as a float, is exactly
+// 1.5 * 2^23 + d, and one exact float subtraction recovers d: no int-to-float conversion instruction (a
+// quarter-rate one) per accumulator per sub-block.
+#include "cuda/matmul_mma.h"
+
+#include <cuda_runtime.h>
+
+#include <climits>
+#include <cstdint>
+#include <string>
+
+#include "cuda/cuda_check.h"
+#include "formats/weight_formats.h"
+#include "formats/weight_int8.h"
+#include "util/error.h"
+
+namespace sparrow::cuda {
+namespace {
+
+using formats::SubBlockScale;
+using formats::WeightInt8;
+
+constexpr int kWarp = 32;
+constexpr int kTileRows = 128;   // output rows per CTA
+constexpr int kTileTokens = 64;  // tokens per CTA
+constexpr int kTileK = 128;      // elements of n_in per staging step: whole sub-blocks of 16 or 32
+constexpr int kWarpsAlongRows = 4, kWarpsAlongTokens = 2;
+constexpr int kThreads = kWarpsAlongRows * kWarpsAlongTokens * kWarp;
+constexpr int kWarpRows = kTileRows / kWarpsAlongRows;        // 32: two m16 tiles
+constexpr int kWarpTokens = kTileTokens / kWarpsAlongTokens;  // 32: four n8 tiles
+constexpr int kRowTiles = kWarpRows / 16, kTokenTiles = kWarpTokens / 8;
+constexpr int kCodeStride = kTileK + 16;  // bytes per staged row of codes (see the bank note above)
+constexpr int kMaxTokenTiles = 65535;     // gridDim.y
+
+constexpr int kFloatBiasBits = 0x4B400000;  // the float 1.5 * 2^23
+constexpr float kFloatBias = 12582912.0f;
+
+template <TensorType T>
+constexpr int kUnitElements = formats::WeightBlock<T>::kUnitElements;
+// Elements per activation scale for T's activation format (32 or 256).
+template <TensorType T>
+constexpr int kActivationGroup = formats::activation_group(formats::find_weight_format(T)->activation);
+
+// One staging step's operands. Per-sub-block arrays are [sub-block][row or token], so that the 8 rows (or 4
+// token pairs) a warp's lanes read for one sub-block are consecutive words.
+template <int kSubBlock>
+struct MmaTile {
+  static constexpr int kSubBlocks = kTileK / kSubBlock;
+  alignas(16) int8_t w_codes[kTileRows][kCodeStride];
+  alignas(16) int8_t x_codes[kTileTokens][kCodeStride];
+  float w_scale[kSubBlocks][kTileRows];
+  float w_min[kSubBlocks][kTileRows];
+  float x_scale[kSubBlocks][kTileTokens];
+  float x_offset[kSubBlocks][kTileTokens];  // the activations' term for the weight minimum
+};
+static_assert(sizeof(MmaTile<16>) <= 48 * 1024 && sizeof(MmaTile<32>) <= 48 * 1024, "static shared memory");
+static_assert(kTileK % 32 == 0 && kCodeStride % 16 == 0, "whole sub-blocks, 16-byte aligned rows");
+
+__device__ __forceinline__ uint32_t load_word(const int8_t* p) { return *reinterpret_cast<const uint32_t*>(p); }
+
+// Four codes as one little-endian word: element 4i + j in byte j.
+__device__ __forceinline__ uint32_t pack_codes(const int8_t* c) {
+  return uint32_t(uint8_t(c[0])) | (uint32_t(uint8_t(c[1])) << 8) | (uint32_t(uint8_t(c[2])) << 16) |
+         (uint32_t(uint8_t(c[3])) << 24);
+}
+
+// d = A (16 x 32 codes) * B (32 x 8 codes) + 1.5 * 2^23 as int32 bits; fragments as in the file comment.
+__device__ __forceinline__ void mma_k32(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%10,%10,%10};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(kFloatBiasBits));
+#endif
+}
+
+// d = A (16 x 16 codes) * B (16 x 8 codes) + 1.5 * 2^23 as int32 bits.
+__device__ __forceinline__ void mma_k16(int (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, {%7,%7,%7,%7};\n"
+      : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(b[0]), "r"(kFloatBiasBits));
+#endif
+}
+
+// Decodes sub-blocks [0, n_sub) of the step at element k0 of rows row0 .. row0 + kTileRows into the tile.
+template <TensorType T>
+__device__ __forceinline__ void stage_weights(MmaTile<WeightInt8<T>::kSubBlock>& tile, const uint8_t* __restrict__ w,
+                                              size_t row_bytes, int64_t row0, int n_out, int k0, int n_sub) {
+  using W = WeightInt8<T>;
+  using Unit = typename W::Unit;
+  constexpr int kSub = W::kSubBlock, kSubBlocks = kTileK / kSub;
+  // Consecutive threads take consecutive sub-blocks of one row: neighbouring addresses in global memory.
+  for (int item = int(threadIdx.x); item < kTileRows * kSubBlocks; item += kThreads) {
+    const int r = item / kSubBlocks, s = item % kSubBlocks;
+    if (s >= n_sub) continue;
+    int8_t codes[kSub];
+    SubBlockScale scale{0.0f, 0.0f};
+    const int64_t row = row0 + r;
+    if (row < n_out) {
+      const int e = k0 + s * kSub;  // the sub-block's first element in the row
+      const Unit* units = reinterpret_cast<const Unit*>(w + size_t(row) * row_bytes);
+      scale = W::decode_sub_block(units[e / kUnitElements<T>], (e % kUnitElements<T>) / kSub, codes);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kSub; ++j) codes[j] = 0;
+    }
+    uint4* dst = reinterpret_cast<uint4*>(&tile.w_codes[r][s * kSub]);
+#pragma unroll
+    for (int i = 0; i < kSub / 16; ++i) {
+      dst[i] = make_uint4(pack_codes(codes + 16 * i), pack_codes(codes + 16 * i + 4), pack_codes(codes + 16 * i + 8),
+                          pack_codes(codes + 16 * i + 12));
+    }
+    tile.w_scale[s][r] = scale.scale;
+    tile.w_min[s][r] = scale.min;
+  }
+}
+
+// Copies the codes of the step's n_sub sub-blocks for tokens token0 .. token0 + kTileTokens, and their scales
+// and offset terms, into the tile.
+template <TensorType T>
+__device__ __forceinline__ void stage_activations(MmaTile<WeightInt8<T>::kSubBlock>& tile,
+                                                  const int8_t* __restrict__ xq, const float* __restrict__ x_scale,
+                                                  const float* __restrict__ x_sum32, int n_in, int n_tokens,
+                                                  int token0, int k0, int n_sub) {
+  using W = WeightInt8<T>;
+  constexpr int kSub = W::kSubBlock, kSubBlocks = kTileK / kSub, kGroup = kActivationGroup<T>;
+  constexpr int kPieces = kTileK / 16;  // 16-byte pieces of a token's step
+  const int valid_pieces = n_sub * kSub / 16;
+  for (int item = int(threadIdx.x); item < kTileTokens * kPieces; item += kThreads) {
+    const int t = item / kPieces, c = item % kPieces;
+    if (c >= valid_pieces) continue;
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (token0 + t < n_tokens) v = __ldg(reinterpret_cast<const uint4*>(xq + int64_t(token0 + t) * n_in + k0) + c);
+    *reinterpret_cast<uint4*>(&tile.x_codes[t][16 * c]) = v;
+  }
+  for (int item = int(threadIdx.x); item < kTileTokens * kSubBlocks; item += kThreads) {
+    const int s = item / kTileTokens, t = item % kTileTokens;
+    if (s >= n_sub) continue;
+    float scale = 0.0f, offset = 0.0f;
+    const int64_t token = token0 + t;
+    if (token < n_tokens) {
+      const int e = k0 + s * kSub;
+      scale = x_scale[token * (n_in / kGroup) + e / kGroup];
+      if constexpr (W::kHasMin) {
+        if constexpr (kSub == 32) {
+          offset = x_sum32[token * (n_in / 32) + e / 32];  // ggml's per-32 term (activation_sum32)
+        } else {
+          // No per-16 sums are stored: scale times the sum of the 16 codes, as ggml forms Q8_K bsums' term.
+          const uint4 v = __ldg(reinterpret_cast<const uint4*>(xq + token * n_in + e));
+          const int ones = 0x01010101;
+          int sum = __dp4a(int(v.x), ones, 0);
+          sum = __dp4a(int(v.y), ones, sum);
+          sum = __dp4a(int(v.z), ones, sum);
+          sum = __dp4a(int(v.w), ones, sum);
+          offset = __fmul_rn(scale, float(sum));
+        }
+      }
+    }
+    tile.x_scale[s][t] = scale;
+    tile.x_offset[s][t] = offset;
+  }
+}
+
+template <TensorType T>
+__global__ void __launch_bounds__(kThreads, 2)
+    int8_mma_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_in, int n_out,
+                    const int8_t* __restrict__ xq, const float* __restrict__ x_scale,
+                    const float* __restrict__ x_sum32, int n_tokens, float* __restrict__ y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  using W = WeightInt8<T>;
+  constexpr int kSub = W::kSubBlock;
+  static_assert(kSub == 16 || kSub == 32, "m16n8k16 or m16n8k32");
+  static_assert(kSub * W::kMaxAbsCode * 128 < (1 << 22), "dot products stay exact in the float-bias conversion");
+  __shared__ MmaTile<kSub> tile;
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const int g = lane / 4, q = lane % 4;
+  const int warp_row = (warp % kWarpsAlongRows) * kWarpRows, warp_token = (warp / kWarpsAlongRows) * kWarpTokens;
+  const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
+  const int token0 = int(blockIdx.y) * kTileTokens;
+
+  float acc[kRowTiles][kTokenTiles][4];
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m)
+#pragma unroll
+    for (int n = 0; n < kTokenTiles; ++n)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
+
+  for (int k0 = 0; k0 < n_in; k0 += kTileK) {
+    const int n_sub = min(kTileK, n_in - k0) / kSub;  // the same for the whole CTA
+    __syncthreads();  // every warp is done with the previous step's tile
+    stage_weights<T>(tile, w, row_bytes, row0, n_out, k0, n_sub);
+    stage_activations<T>(tile, xq, x_scale, x_sum32, n_in, n_tokens, token0, k0, n_sub);
+    __syncthreads();  // the tile is complete
+    for (int s = 0; s < n_sub; ++s) {
+      const int kk = s * kSub;
+      uint32_t b[kTokenTiles][2];
+#pragma unroll
+      for (int n = 0; n < kTokenTiles; ++n) {
+        const int8_t* p = &tile.x_codes[warp_token + 8 * n + g][kk + 4 * q];
+        b[n][0] = load_word(p);
+        b[n][1] = kSub == 32 ? load_word(p + 16) : 0u;
+      }
+      int d[kRowTiles][kTokenTiles][4];
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m) {
+        const int8_t* p = &tile.w_codes[warp_row + 16 * m + g][kk + 4 * q];
+        uint32_t a[4];
+        a[0] = load_word(p);
+        a[1] = load_word(p + 8 * kCodeStride);
+        a[2] = kSub == 32 ? load_word(p + 16) : 0u;
+        a[3] = kSub == 32 ? load_word(p + 8 * kCodeStride + 16) : 0u;
+#pragma unroll
+        for (int n = 0; n < kTokenTiles; ++n) {
+          if constexpr (kSub == 32) {
+            mma_k32(d[m][n], a, b[n]);
+          } else {
+            mma_k16(d[m][n], a, b[n]);
+          }
+        }
+      }
+      // This sub-block's terms: thread holds rows g, g + 8 of each row tile and tokens 2q, 2q + 1 of each
+      // token tile (c0..c3 as in the file comment).
+      float xs[kTokenTiles][2], xo[kTokenTiles][2];
+#pragma unroll
+      for (int n = 0; n < kTokenTiles; ++n) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int t = warp_token + 8 * n + 2 * q + j;
+          xs[n][j] = tile.x_scale[s][t];
+          xo[n][j] = W::kHasMin ? tile.x_offset[s][t] : 0.0f;
+        }
+      }
+#pragma unroll
+      for (int m = 0; m < kRowTiles; ++m) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = warp_row + 16 * m + g + 8 * h;
+          const float ws = tile.w_scale[s][r], wm = tile.w_min[s][r];
+#pragma unroll
+          for (int n = 0; n < kTokenTiles; ++n) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+              const int i = 2 * h + j;
+              const float dot = __fsub_rn(__int_as_float(d[m][n][i]), kFloatBias);  // exact
+              float sum = fmaf(__fmul_rn(ws, xs[n][j]), dot, acc[m][n][i]);
+              if constexpr (W::kHasMin) sum = fmaf(wm, xo[n][j], sum);
+              acc[m][n][i] = sum;
+            }
+          }
+        }
+      }
+    }
+  }
+
+#pragma unroll
+  for (int m = 0; m < kRowTiles; ++m) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t row = row0 + warp_row + 16 * m + g + 8 * h;
+#pragma unroll
+      for (int n = 0; n < kTokenTiles; ++n) {
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          const int token = token0 + warp_token + 8 * n + 2 * q + j;
+          if (row < n_out && token < n_tokens) y[int64_t(token) * n_out + row] = acc[m][n][2 * h + j];
+        }
+      }
+    }
+  }
+#endif
+}
+
+// Throws unless the current device and the kernel's binary are sm_80 or newer (mma.sync on 8-bit integers in
+// these shapes): a build for older architectures compiles the kernel empty.
+template <TensorType T>
+void require_sm80() {
+  int device = 0, major = 0;
+  SPARROW_CUDA_CHECK(cudaGetDevice(&device));
+  SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  cudaFuncAttributes attributes{};
+  SPARROW_CUDA_CHECK(cudaFuncGetAttributes(&attributes, int8_mma_kernel<T>));
+  if (major < 8 || attributes.binaryVersion < 80) {
+    throw Error("cuda::matmul_int8_mma: needs sm_80 or newer (device compute capability " + std::to_string(major) +
+                ".x, kernel built for sm_" + std::to_string(attributes.binaryVersion) + ")");
+  }
+}
+
+template <TensorType T>
+void launch(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
+            const float* x_sum32, int64_t n_tokens, float* y) {
+  using W = WeightInt8<T>;
+  using Unit = typename W::Unit;
+  const std::string what = std::string("cuda::matmul_int8_mma (") + tensor_type_name(T) + ")";
+  if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % kUnitElements<T> != 0 || w.n_in > INT_MAX - kTileK ||
+      w.n_out > INT_MAX - kTileRows) {
+    throw Error(what + ": weight shape " + std::to_string(w.n_in) + " x " + std::to_string(w.n_out) +
+                " does not fit (n_in a positive multiple of " + std::to_string(kUnitElements<T>) +
+                ", both below 2^31)");
+  }
+  if (n_tokens < 0 || n_tokens > int64_t(kMaxTokenTiles) * kTileTokens) {
+    throw Error(what + ": n_tokens " + std::to_string(n_tokens) + " out of range");
+  }
+  if (w.data == nullptr || xq == nullptr || x_scale == nullptr || y == nullptr ||
+      (W::kHasMin && x_sum32 == nullptr)) {
+    throw Error(what + ": null weights, activation codes, scales" + (W::kHasMin ? ", sums" : "") + " or output");
+  }
+  if (reinterpret_cast<uintptr_t>(w.data) % alignof(Unit) != 0) {
+    throw Error(what + ": weight data is not aligned to " + std::to_string(alignof(Unit)) + " bytes");
+  }
+  if (reinterpret_cast<uintptr_t>(xq) % 16 != 0) throw Error(what + ": activation codes are not 16-byte aligned");
+  require_sm80<T>();
+  if (n_tokens == 0) return;
+  const size_t row_bytes = size_t(w.n_in / kUnitElements<T>) * sizeof(Unit);
+  const dim3 grid(unsigned((w.n_out + kTileRows - 1) / kTileRows),
+                  unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
+  int8_mma_kernel<T><<<grid, kThreads, 0, ctx.stream()>>>(static_cast<const uint8_t*>(w.data), row_bytes,
+                                                           int(w.n_in), int(w.n_out), xq, x_scale, x_sum32,
+                                                           int(n_tokens), y);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+bool int8_mma_supports(TensorType type) {
+  if (!formats::is_supported_weight_type(type)) return false;
+  return formats::visit_weight_type(type, "cuda::int8_mma_supports",
+                                    [](auto t) { return WeightInt8<decltype(t)::value>::kSupported; });
+}
+
+void matmul_int8_mma(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
+                     const float* x_sum32, int64_t n_tokens, float* y) {
+  formats::visit_weight_type(w.type, "cuda::matmul_int8_mma", [&](auto type) {
+    constexpr TensorType T = decltype(type)::value;
+    if constexpr (WeightInt8<T>::kSupported) {
+      launch<T>(ctx, w, xq, x_scale, x_sum32, n_tokens, y);
+    } else {
+      throw Error(std::string("cuda::matmul_int8_mma: weight type ") + tensor_type_name(T) +
+                  " has no 8-bit integer form (formats/weight_int8.h); use cuda::matmul");
+    }
+  });
+}
+
+}  // namespace sparrow::cuda

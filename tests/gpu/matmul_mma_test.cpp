@@ -1,0 +1,377 @@
+// cuda::matmul_int8_mma (the tensor-core GEMM on 8-bit codes) for every block type with an integer form, against
+// a double-precision reference built from formats::dequantize_row of W and the dequantized activations (the
+// reference codes and scales of formats::quantize_activations, which the GPU's quantizer reproduces bit for bit:
+// tests/gpu/matmul_test.cpp), plus the one place where the kernel multiplies something other than those values:
+// the weight minimum times the activations' sum term (ggml's; below). Shapes: n_in 256 / 2816 / 8192, n_out not a
+// multiple of the 128-row tile, token counts around and across the 64-token tile; outputs poisoned with NaN.
+// Every case logs its largest error relative to its bound.
+#include "cuda/matmul_mma.h"
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cuda/activations.h"
+#include "cuda/cuda_check.h"
+#include "formats/weight_formats.h"
+#include "formats/weight_int8.h"
+#include "gpu_test_util.h"
+#include "util/error.h"
+
+namespace sparrow::cuda {
+namespace {
+
+// Device memory for the span of one test; poison() fills it with NaN (all-ones floats).
+template <class T>
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t n) : n_(n) { SPARROW_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
+    SPARROW_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
+  }
+  ~DeviceBuffer() { cudaFree(p_); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  T* get() const { return p_; }
+  void poison() { SPARROW_CUDA_CHECK(cudaMemset(p_, 0xFF, n_ * sizeof(T))); }
+  std::vector<T> read() const {
+    std::vector<T> host(n_);
+    SPARROW_CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
+    return host;
+  }
+
+ private:
+  T* p_ = nullptr;
+  size_t n_;
+};
+
+class Stream {
+ public:
+  Stream() { SPARROW_CUDA_CHECK(cudaStreamCreate(&stream_)); }
+  ~Stream() { cudaStreamDestroy(stream_); }
+  cudaStream_t get() const { return stream_; }
+  void sync() const { SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+// The block types the kernel takes, in the format table's order.
+const TensorType kInt8Types[] = {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
+                                 TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
+
+// Byte offsets of the f16 fields of one block; every other byte is random, so that every code occurs.
+std::vector<size_t> half_fields(TensorType type) {
+  switch (type) {
+    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: return {0};
+    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: return {0, 2};
+    case TensorType::Q6_K: return {offsetof(formats::BlockQ6_K, d)};
+    default: return {};
+  }
+}
+
+// Random quant bits with f16 scales and mins in +-[1/512, 1/16].
+std::vector<uint8_t> random_weights(TensorType type, int64_t n_in, int64_t n_out, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const TensorTypeInfo& geometry = *tensor_type_info(type);
+  std::vector<uint8_t> bytes(tensor_row_bytes(type, n_in) * size_t(n_out));
+  for (uint8_t& b : bytes) b = uint8_t(rng());
+  std::uniform_real_distribution<float> magnitude(1.0f / 512, 1.0f / 16);
+  for (size_t block = 0; block < bytes.size() / geometry.block_bytes; ++block) {
+    for (size_t offset : half_fields(type)) {
+      const uint16_t h = formats::f32_to_f16((rng() & 1 ? 1.0f : -1.0f) * magnitude(rng));
+      std::memcpy(bytes.data() + block * geometry.block_bytes + offset, &h, 2);
+    }
+  }
+  return bytes;
+}
+
+// Activations with a few large outliers, like real hidden states.
+std::vector<float> random_activations(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = gauss(rng);
+  for (int64_t i = 0; i < n; i += 97) x[size_t(i)] *= 20.0f;
+  return x;
+}
+
+// The activations as the reference quantizer makes them, per token: codes [n_tokens][n_in], scales
+// [n_tokens][n_in / group], sum32 [n_tokens][n_in / 32].
+struct QuantizedActivations {
+  formats::ActivationFormat format;
+  int group;
+  std::vector<int8_t> q;
+  std::vector<float> scale, sum32;
+};
+
+QuantizedActivations quantize(TensorType type, const std::vector<float>& x, int64_t n_in, int64_t n_tokens) {
+  QuantizedActivations a;
+  a.format = formats::weight_format(type, "test").activation;
+  a.group = formats::activation_group(a.format);
+  a.q.resize(size_t(n_tokens * n_in));
+  a.scale.resize(size_t(n_tokens * n_in / a.group));
+  a.sum32.resize(size_t(n_tokens * n_in / 32));
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    formats::quantize_activations(a.format, x.data() + t * n_in, n_in, a.q.data() + t * n_in,
+                                  a.scale.data() + t * (n_in / a.group), a.sum32.data() + t * (n_in / 32));
+  }
+  return a;
+}
+
+// One weight row in integer form: per sub-block its codes, scale and min (formats/weight_int8.h, itself
+// checked against dequantize_row by tests/unit/weight_int8_test.cpp).
+struct IntegerRow {
+  std::vector<int8_t> codes;
+  std::vector<formats::SubBlockScale> scales;
+};
+
+template <TensorType T>
+IntegerRow integer_row(const uint8_t* row, int64_t n_in) {
+  using W = formats::WeightInt8<T>;
+  using Unit = typename W::Unit;
+  IntegerRow out;
+  out.codes.resize(size_t(n_in));
+  const int64_t n_units = n_in / formats::WeightBlock<T>::kUnitElements;
+  for (int64_t u = 0; u < n_units; ++u) {
+    Unit unit;
+    std::memcpy(&unit, row + size_t(u) * sizeof(Unit), sizeof(Unit));
+    for (int s = 0; s < W::kSubBlocks; ++s) {
+      const int64_t first = (u * W::kSubBlocks + s) * W::kSubBlock;
+      out.scales.push_back(W::decode_sub_block(unit, s, out.codes.data() + first));
+    }
+  }
+  return out;
+}
+
+// Reference and bound for one output y[t][o]. The kernel computes, per sub-block s in order,
+//   acc = fma(fl(w_scale_s * x_scale_s), dot_s, acc);   acc = fma(w_min_s, x_off_s, acc)   (types with a min)
+// with dot_s the exact integer dot product of the codes and x_off_s the activations' offset term (sum32 for
+// 32-element sub-blocks: for Q8_1 f16(unrounded scale * sum of codes), not x_scale * sum of codes).
+//
+// want = sum_i w_i * x_i in double, w_i = dequantize_row, x_i = x_scale * q_i (the values the CPU multiplies),
+//        plus sum_s w_min_s * (x_off_s - x_scale_s * sum_s q): ggml's offset term instead of the exact sum
+//        (zero for Q8_K's sum32 up to one rounding; for Q8_1 the f16 rounding of the stored sum).
+// Bound, from three sources:
+//  1. fp32 arithmetic in the kernel: N = S (1 + has_min) fused multiply-adds in sequence, each one rounding of
+//     2^-24 (gamma_N of recursive summation over the terms), plus the rounding of w_scale * x_scale (2^-24 of
+//     each product term): at most (N + 1) 2^-24 sum_s (|w_scale x_scale dot_s| + |w_min x_off_s|); (N + 2) used.
+//     dot_s and its conversion are exact (|dot_s| < 2^22), so this is relative to the terms the kernel adds,
+//     not to sum_i |w_i x_i|.
+//  2. The kernel multiplies by the real scale * code + min, the reference by its float rounding w_i (which
+//     differ where the decoder rounds: weight_int8.h): at most 2^-24 |w_i| per element, so 2^-24 sum_i |w_i x_i|;
+//     2 x that used (the double reference's own roundings are ~2^-53 and covered by the factor).
+//  3. Nothing else: activations, codes and scales are the same numbers on both sides.
+struct Expected {
+  double want, bound;
+};
+
+template <TensorType T>
+Expected expected_output(const std::vector<float>& w_row, const IntegerRow& iw, const QuantizedActivations& a,
+                         int64_t t, int64_t n_in) {
+  using W = formats::WeightInt8<T>;
+  constexpr int kSub = W::kSubBlock;
+  const int8_t* q = a.q.data() + t * n_in;
+  double want = 0, abs_products = 0, kernel_terms = 0;
+  const int64_t n_sub = n_in / kSub;
+  for (int64_t s = 0; s < n_sub; ++s) {
+    const double x_scale = a.scale[size_t(t * (n_in / a.group) + s * kSub / a.group)];
+    int dot = 0, sum_q = 0;
+    for (int j = 0; j < kSub; ++j) {
+      const int64_t i = s * kSub + j;
+      const double product = double(w_row[size_t(i)]) * (x_scale * q[i]);
+      want += product;
+      abs_products += std::fabs(product);
+      dot += int(iw.codes[size_t(i)]) * int(q[i]);
+      sum_q += q[i];
+    }
+    const formats::SubBlockScale ws = iw.scales[size_t(s)];
+    kernel_terms += std::fabs(double(float(ws.scale * float(x_scale))) * dot);
+    if constexpr (W::kHasMin) {
+      const double x_off = kSub == 32 ? double(a.sum32[size_t(t * (n_in / 32) + s * kSub / 32)])
+                                      : double(float(float(x_scale) * float(sum_q)));
+      want += double(ws.min) * (x_off - x_scale * sum_q);
+      kernel_terms += std::fabs(double(ws.min) * x_off);
+    }
+  }
+  const double n_fmas = double(n_sub) * (W::kHasMin ? 2 : 1);
+  const double bound = (n_fmas + 2) * 0x1.0p-24 * kernel_terms + 2 * 0x1.0p-24 * abs_products + 1e-30;
+  return {want, bound};
+}
+
+struct Shape {
+  int64_t n_in, n_out;
+};
+
+// Runs one product from the reference's activation codes and checks every output; returns the largest error /
+// bound ratio seen.
+template <TensorType T>
+double check_mma(MatmulContext& ctx, const Stream& stream, Shape s, int64_t n_tokens, uint32_t seed) {
+  const std::string name = tensor_type_name(T);
+  const auto bytes = random_weights(T, s.n_in, s.n_out, seed);
+  const auto x = random_activations(s.n_in * n_tokens, seed + 1);
+  const QuantizedActivations a = quantize(T, x, s.n_in, n_tokens);
+  DeviceBuffer<uint8_t> w_dev(bytes);
+  DeviceBuffer<int8_t> q_dev(a.q);
+  DeviceBuffer<float> scale_dev(a.scale), sum32_dev(a.sum32), y_dev(size_t(n_tokens * s.n_out));
+  y_dev.poison();
+  matmul_int8_mma(ctx, WeightMatrix{T, w_dev.get(), s.n_in, s.n_out}, q_dev.get(), scale_dev.get(),
+                  sum32_dev.get(), n_tokens, y_dev.get());
+  stream.sync();
+  const std::vector<float> y = y_dev.read();
+
+  const size_t row_bytes = tensor_row_bytes(T, s.n_in);
+  double worst_ratio = 0;
+  std::vector<float> w_row(size_t(s.n_in));
+  for (int64_t o = 0; o < s.n_out; ++o) {
+    formats::dequantize_row(T, bytes.data() + size_t(o) * row_bytes, w_row.data(), s.n_in);
+    const IntegerRow iw = integer_row<T>(bytes.data() + size_t(o) * row_bytes, s.n_in);
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      const Expected e = expected_output<T>(w_row, iw, a, t, s.n_in);
+      const double got = y[size_t(t * s.n_out + o)];
+      const double error = std::fabs(got - e.want);
+      if (!(error <= e.bound)) {  // also catches NaN: an output never written
+        ADD_FAILURE() << name << " n_in=" << s.n_in << " n_out=" << s.n_out << " tokens=" << n_tokens << " token "
+                      << t << " row " << o << ": got " << got << ", want " << e.want << ", error " << error
+                      << " > bound " << e.bound;
+        return error / e.bound;
+      }
+      worst_ratio = std::max(worst_ratio, error / e.bound);
+    }
+  }
+  return worst_ratio;
+}
+
+template <class F>
+void for_each_int8_type(F&& f) {
+  for (TensorType type : kInt8Types) {
+    formats::visit_weight_type(type, "test", [&](auto t) {
+      if constexpr (formats::WeightInt8<decltype(t)::value>::kSupported) f(t);
+    });
+  }
+}
+
+TEST(CudaMatmulMma, MatchesDequantizedDoubleDotForEveryTypeShapeAndTokenCount) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  uint32_t seed = 100;
+  for_each_int8_type([&](auto type) {
+    constexpr TensorType T = decltype(type)::value;
+    for (Shape s : {Shape{256, 131}, Shape{2816, 37}, Shape{8192, 37}}) {
+      for (int64_t n_tokens : {9, 33, 64, 100, 512}) {
+        if (HasFailure()) return;
+        const double ratio = check_mma<T>(ctx, stream, s, n_tokens, seed++);
+        std::printf("matmul_int8_mma %-5s n_in=%-5lld n_out=%-3lld tokens=%-3lld max error / bound = %.3g\n",
+                    tensor_type_name(T).c_str(), (long long)s.n_in, (long long)s.n_out, (long long)n_tokens, ratio);
+      }
+    }
+  });
+}
+
+// Legacy rows of odd block counts (n_in not a multiple of the 128-element staging step) and one row tile's
+// worth of rows plus one.
+TEST(CudaMatmulMma, RowsThatEndMidStepAndPartialTiles) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const std::pair<TensorType, int64_t> cases[] = {
+      {TensorType::Q4_0, 96}, {TensorType::Q4_1, 32},  {TensorType::Q5_0, 544},
+      {TensorType::Q5_1, 160}, {TensorType::Q8_0, 544}, {TensorType::Q6_K, 768},
+  };
+  for (const auto& [type, n_in] : cases) {
+    formats::visit_weight_type(type, "test", [&](auto t) {
+      constexpr TensorType T = decltype(t)::value;
+      if constexpr (formats::WeightInt8<T>::kSupported) {
+        for (int64_t n_tokens : {1, 65}) {
+          if (HasFailure()) return;
+          const double ratio = check_mma<T>(ctx, stream, Shape{n_in, 129}, n_tokens, uint32_t(n_in + n_tokens));
+          std::printf("matmul_int8_mma %-5s n_in=%-5lld n_out=129 tokens=%-3lld max error / bound = %.3g\n",
+                      tensor_type_name(T).c_str(), (long long)n_in, (long long)n_tokens, ratio);
+        }
+      }
+    });
+  }
+}
+
+// From the device quantizer, as matmul would call it: the same bits as from the reference's codes (the inputs
+// are bit-identical and the kernel's order does not depend on where they came from).
+// From the reference's codes, from the device's, and through cuda::matmul (the backend's entry, which takes this
+// kernel for prefill): the same bits.
+TEST(CudaMatmulMma, FromDeviceQuantizedActivationsGivesTheSameBits) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const Shape s{2816, 75};
+  const int64_t n_tokens = 70;
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_1, TensorType::Q6_K}) {
+    const auto bytes = random_weights(type, s.n_in, s.n_out, 9);
+    const auto x = random_activations(s.n_in * n_tokens, 10);
+    const QuantizedActivations a = quantize(type, x, s.n_in, n_tokens);
+    DeviceBuffer<uint8_t> w_dev(bytes);
+    DeviceBuffer<float> x_dev(x);
+    DeviceBuffer<int8_t> q_host(a.q), q_device(a.q.size());
+    DeviceBuffer<float> scale_host(a.scale), sum32_host(a.sum32), scale_device(a.scale.size()),
+        sum32_device(a.sum32.size());
+    const ActivationOutputs outputs{.q = q_device.get(), .scale = scale_device.get(), .sum32 = sum32_device.get()};
+    quantize_activations(stream.get(), a.format, x_dev.get(), n_tokens, s.n_in, outputs);
+    DeviceBuffer<float> from_host(size_t(n_tokens * s.n_out)), from_device(size_t(n_tokens * s.n_out)),
+        from_matmul(size_t(n_tokens * s.n_out));
+    from_host.poison();
+    from_device.poison();
+    from_matmul.poison();
+    const WeightMatrix w{type, w_dev.get(), s.n_in, s.n_out};
+    matmul_int8_mma(ctx, w, q_host.get(), scale_host.get(), sum32_host.get(), n_tokens, from_host.get());
+    matmul_int8_mma(ctx, w, q_device.get(), scale_device.get(), sum32_device.get(), n_tokens, from_device.get());
+    matmul(ctx, w, x_dev.get(), n_tokens, from_matmul.get());
+    stream.sync();
+    const auto p = from_host.read(), r = from_device.read(), m = from_matmul.read();
+    EXPECT_EQ(std::memcmp(p.data(), r.data(), p.size() * sizeof(float)), 0) << tensor_type_name(type);
+    EXPECT_EQ(std::memcmp(p.data(), m.data(), p.size() * sizeof(float)), 0) << tensor_type_name(type) << " via matmul";
+    EXPECT_FALSE(std::isnan(p[0])) << tensor_type_name(type);
+  }
+}
+
+TEST(CudaMatmulMma, RejectsTypesWithoutIntegerFormAndBadArguments) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  DeviceBuffer<uint8_t> bytes(1 << 16);
+  DeviceBuffer<int8_t> q(1 << 16);
+  DeviceBuffer<float> scale(4096), sum32(4096), y(4096);
+  auto product = [&](TensorType type, int64_t n_in, const void* data, const int8_t* codes, const float* sums) {
+    matmul_int8_mma(ctx, WeightMatrix{type, data, n_in, 3}, codes, scale.get(), sums, 9, y.get());
+  };
+  EXPECT_THROW(product(TensorType::F16, 256, bytes.get(), q.get(), sum32.get()), Error);   // no integer form
+  EXPECT_THROW(product(TensorType::F32, 256, bytes.get(), q.get(), sum32.get()), Error);
+  EXPECT_THROW(product(TensorType::Q2_K, 256, bytes.get(), q.get(), sum32.get()), Error);  // not supported at all
+  EXPECT_THROW(product(TensorType::Q4_K, 100, bytes.get(), q.get(), sum32.get()), Error);  // not whole super-blocks
+  EXPECT_THROW(product(TensorType::Q8_0, 64, nullptr, q.get(), sum32.get()), Error);
+  EXPECT_THROW(product(TensorType::Q8_0, 64, bytes.get(), q.get() + 1, sum32.get()), Error);  // codes misaligned
+  EXPECT_THROW(product(TensorType::Q4_1, 64, bytes.get(), q.get(), nullptr), Error);        // a min needs sums
+  EXPECT_NO_THROW(product(TensorType::Q8_0, 64, bytes.get(), q.get(), nullptr));            // no min: no sums
+  EXPECT_THROW(matmul_int8_mma(ctx, WeightMatrix{TensorType::Q8_0, bytes.get(), 64, 3}, q.get(), scale.get(),
+                               nullptr, -1, y.get()),
+               Error);
+  EXPECT_TRUE(int8_mma_supports(TensorType::Q6_K));
+  EXPECT_FALSE(int8_mma_supports(TensorType::BF16));
+  EXPECT_FALSE(int8_mma_supports(TensorType::IQ2_XXS));
+  stream.sync();
+}
+
+}  // namespace
+}  // namespace sparrow::cuda
