@@ -105,6 +105,34 @@ int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n,
 /* Logits of position i of the last decode (i = -1: the last position); n_vocab floats, owned by ctx. */
 const float* sparrow_get_logits(const sparrow_context* ctx, int32_t i);
 
+/* ---- many sequences: one forward pass serves them all ---- */
+/* A batch holds up to n_seq_max sequences of one model, each with its own KV cache of params.n_ctx tokens (the
+ * other context params apply to each), and decodes steps of several sequences in shared forward passes: a
+ * decode step of N sequences reads the weights once, not N times. What a server's parallel slots run on. */
+typedef struct sparrow_batch sparrow_batch;
+typedef int32_t sparrow_seq;
+typedef struct sparrow_seq_step {
+  sparrow_seq seq;              /* an open sequence; at most one step per sequence in a decode */
+  const sparrow_token* tokens;  /* appended to it */
+  int32_t n_tokens;             /* at least 1 */
+} sparrow_seq_step;
+
+/* NULL on error (bad params, n_seq_max outside 1..4096). */
+sparrow_batch* sparrow_batch_new(sparrow_model* model, sparrow_context_params params, int32_t n_seq_max);
+void sparrow_batch_free(sparrow_batch* batch);
+/* A new, empty sequence with its KV cache allocated (ids of closed sequences are reused), or -1 (all n_seq_max
+ * are open, or the cache does not fit). */
+sparrow_seq sparrow_seq_open(sparrow_batch* batch);
+/* Frees the sequence's KV cache. Returns 0, or -1 (not open). */
+int sparrow_seq_close(sparrow_batch* batch, sparrow_seq seq);
+/* Tokens in the sequence's cache, or -1 (not open). */
+int32_t sparrow_seq_n_past(const sparrow_batch* batch, sparrow_seq seq);
+/* Appends each step's tokens to its sequence and keeps the logits of each step's last token. Returns 0, or -1
+ * with no sequence changed when a step is invalid (not open, twice, no tokens, past the context, bad token). */
+int sparrow_batch_decode(sparrow_batch* batch, const sparrow_seq_step* steps, int32_t n_steps);
+/* The kept logits of the sequence's step in the last decode (n_vocab floats, owned by the batch), or NULL. */
+const float* sparrow_seq_logits(sparrow_batch* batch, sparrow_seq seq);
+
 /* ---- sampling ---- */
 typedef struct sparrow_sampler_params {
   float temperature; /* <= 0: greedy */
@@ -122,6 +150,8 @@ sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int3
  * device: on a GPU only the token id is copied back, not the logits. The same draw as sparrow_sample on those
  * logits. Returns the id, or -1 (nothing decoded yet). */
 sparrow_token sparrow_sample_next(sparrow_context* ctx, sparrow_sampler* sampler);
+/* The next token of the sequence from its kept logits, drawn on the batch's device; or -1. */
+sparrow_token sparrow_seq_sample(sparrow_batch* batch, sparrow_seq seq, sparrow_sampler* sampler);
 /* argmax, the lowest id on ties. */
 sparrow_token sparrow_sample_greedy(const float* logits, int32_t n_vocab);
 

@@ -2,12 +2,16 @@
 #include "sparrow/sparrow.h"
 
 #include <cstring>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "api/kv_options.h"
 #include "runtime/backends.h"
 #include "runtime/chat_format.h"
 #include "runtime/model.h"
+#include "runtime/multi_session.h"
 #include "runtime/sampler.h"
 #include "runtime/session.h"
 #include "util/error.h"
@@ -23,6 +27,9 @@ struct sparrow_context {
 };
 struct sparrow_sampler {
   sparrow::Sampler sampler;
+};
+struct sparrow_batch {
+  std::unique_ptr<sparrow::MultiSession> sequences;
 };
 
 namespace {
@@ -46,6 +53,22 @@ int32_t copy_out(const std::string& s, char* out, int32_t capacity) {
   if (int64_t(s.size()) > capacity) return -int32_t(s.size());
   if (!s.empty()) std::memcpy(out, s.data(), s.size());
   return int32_t(s.size());
+}
+
+// What the context params ask of a session (or of each sequence of a batch).
+sparrow::SessionOptions session_options(const sparrow_context_params& params) {
+  sparrow::SessionOptions o;
+  o.n_ctx = params.n_ctx;
+  o.n_threads = params.n_threads;
+  o.n_batch = params.n_batch;
+  o.k_codec = sparrow::parse_kv_codec_option(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k", false);
+  o.v_codec = sparrow::parse_kv_codec_option(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v", true);
+  if (params.kv_layers) o.kv_layers = sparrow::parse_kv_layers(params.kv_layers);
+  o.center_keys = params.kv_center_keys < 0    ? sparrow::KeyCentering::Auto
+                  : params.kv_center_keys == 0 ? sparrow::KeyCentering::Off
+                                               : sparrow::KeyCentering::On;
+  o.record_decode = params.decode_graphs != 0;
+  return o;
 }
 
 }  // namespace
@@ -157,21 +180,8 @@ sparrow_context_params sparrow_context_default_params(void) {
 
 sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_params params) {
   return guarded<sparrow_context*>(nullptr, [&]() -> sparrow_context* {
-    sparrow::SessionOptions o;
-    o.n_ctx = params.n_ctx;
-    o.n_threads = params.n_threads;
-    o.n_batch = params.n_batch;
-    o.k_codec = sparrow::parse_kv_codec_option(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k",
-                                               false);
-    o.v_codec = sparrow::parse_kv_codec_option(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v",
-                                               true);
-    if (params.kv_layers) o.kv_layers = sparrow::parse_kv_layers(params.kv_layers);
-    o.center_keys = params.kv_center_keys < 0    ? sparrow::KeyCentering::Auto
-                    : params.kv_center_keys == 0 ? sparrow::KeyCentering::Off
-                                                 : sparrow::KeyCentering::On;
-    o.record_decode = params.decode_graphs != 0;
     auto ctx = std::make_unique<sparrow_context>();
-    ctx->session = std::make_unique<sparrow::Session>(*model->model, o);
+    ctx->session = std::make_unique<sparrow::Session>(*model->model, session_options(params));
     ctx->kv_summary = ctx->session->cache().summary();
     return ctx.release();
   });
@@ -219,6 +229,53 @@ sparrow_token sparrow_sample(sparrow_sampler* sampler, const float* logits, int3
 
 sparrow_token sparrow_sample_next(sparrow_context* ctx, sparrow_sampler* sampler) {
   return guarded<sparrow_token>(-1, [&] { return ctx->session->sample(sampler->sampler); });
+}
+
+sparrow_batch* sparrow_batch_new(sparrow_model* model, sparrow_context_params params, int32_t n_seq_max) {
+  return guarded<sparrow_batch*>(nullptr, [&]() -> sparrow_batch* {
+    auto batch = std::make_unique<sparrow_batch>();
+    batch->sequences = std::make_unique<sparrow::MultiSession>(*model->model, session_options(params), n_seq_max);
+    return batch.release();
+  });
+}
+
+void sparrow_batch_free(sparrow_batch* batch) { delete batch; }
+
+sparrow_seq sparrow_seq_open(sparrow_batch* batch) {
+  return guarded<sparrow_seq>(-1, [&] { return batch->sequences->open(); });
+}
+
+int sparrow_seq_close(sparrow_batch* batch, sparrow_seq seq) {
+  return guarded<int>(-1, [&] {
+    batch->sequences->close(seq);
+    return 0;
+  });
+}
+
+int32_t sparrow_seq_n_past(const sparrow_batch* batch, sparrow_seq seq) {
+  return guarded<int32_t>(-1, [&] { return batch->sequences->n_past(seq); });
+}
+
+int sparrow_batch_decode(sparrow_batch* batch, const sparrow_seq_step* steps, int32_t n_steps) {
+  return guarded<int>(-1, [&] {
+    if (n_steps < 0 || (n_steps > 0 && !steps)) throw sparrow::Error("batch decode: no steps");
+    std::vector<sparrow::MultiSession::Step> work;
+    for (int32_t i = 0; i < n_steps; ++i) {
+      if (steps[i].n_tokens < 0 || (steps[i].n_tokens > 0 && !steps[i].tokens))
+        throw sparrow::Error("batch decode: step " + std::to_string(i) + " has no tokens");
+      work.push_back({steps[i].seq, std::span<const int32_t>(steps[i].tokens, size_t(steps[i].n_tokens))});
+    }
+    batch->sequences->decode(work);
+    return 0;
+  });
+}
+
+const float* sparrow_seq_logits(sparrow_batch* batch, sparrow_seq seq) {
+  return guarded<const float*>(nullptr, [&] { return batch->sequences->logits(seq); });
+}
+
+sparrow_token sparrow_seq_sample(sparrow_batch* batch, sparrow_seq seq, sparrow_sampler* sampler) {
+  return guarded<sparrow_token>(-1, [&] { return batch->sequences->sample(seq, sampler->sampler); });
 }
 
 sparrow_token sparrow_sample_greedy(const float* logits, int32_t n_vocab) {
