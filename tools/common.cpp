@@ -121,7 +121,7 @@ LoadedModel::LoadedModel(const std::string& requested_path, const DeviceOptions&
 }
 LoadedModel::~LoadedModel() { sparrow_model_free(model); }
 
-Context::Context(sparrow_model* model, const ModelOptions& o) {
+sparrow_context_params context_params(const ModelOptions& o) {
   sparrow_context_params p = sparrow_context_default_params();
   p.n_ctx = o.n_ctx;
   p.n_threads = o.threads;
@@ -131,7 +131,11 @@ Context::Context(sparrow_model* model, const ModelOptions& o) {
   p.kv_layers = o.kv_layers.c_str();
   p.kv_center_keys = o.center_keys == "auto" ? -1 : o.center_keys == "on" ? 1 : 0;
   p.decode_graphs = o.device.graphs == "on";
-  ctx = sparrow_context_new(model, p);
+  return p;
+}
+
+Context::Context(sparrow_model* model, const ModelOptions& o) {
+  ctx = sparrow_context_new(model, context_params(o));
   if (!ctx) throw Error(sparrow_last_error());
   std::cerr << sparrow_context_kv_summary(ctx);
 }

@@ -71,6 +71,9 @@ struct LoadedModel {
   std::string path;  // the file loaded
   sparrow_model* model;
 };
+// The context params the options ask for (C API).
+sparrow_context_params context_params(const ModelOptions& o);
+
 struct Context {
   Context(sparrow_model* model, const ModelOptions& o);
   ~Context();
