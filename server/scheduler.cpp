@@ -208,11 +208,8 @@ void Scheduler::step() {
     const std::string why = sparrow_last_error();
     for (auto& slot : slots_) {
       slot->request->stream->push({StreamEvent::Kind::Error, why});
-      slot->done = true;
-      sparrow_seq_close(batch_, slot->seq);
-      sparrow_sampler_free(slot->sampler);
+      finish(*slot, "");
     }
-    slots_.clear();
   } else {
     for (auto& slot : slots_)
       if (slot->fed == slot->request->prompt.size()) advance(*slot);
@@ -271,6 +268,15 @@ void Scheduler::advance(Slot& slot) {
 void Scheduler::finish(Slot& slot, const std::string& reason) {
   if (slot.done) return;
   slot.done = true;
+  sparrow_seq_close(batch_, slot.seq);
+  sparrow_sampler_free(slot.sampler);
+  slot.sampler = nullptr;
+  {
+    // Before the client hears of it: once its reply is complete, the request no longer counts as running.
+    std::lock_guard<std::mutex> lock(mutex_);
+    stats_.active = std::max(0, stats_.active - 1);
+    stats_.kv_bytes = sparrow_batch_kv_bytes(batch_);
+  }
   if (!reason.empty()) {
     if (slot.text.size() > slot.emitted)
       slot.request->stream->push({StreamEvent::Kind::Text, slot.text.substr(slot.emitted)});
@@ -280,9 +286,6 @@ void Scheduler::finish(Slot& slot, const std::string& reason) {
     e.completion_tokens = slot.generated;
     slot.request->stream->push(e);
   }
-  sparrow_seq_close(batch_, slot.seq);
-  sparrow_sampler_free(slot.sampler);
-  slot.sampler = nullptr;
 }
 
 }  // namespace sparrow::server
