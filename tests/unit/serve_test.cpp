@@ -268,11 +268,12 @@ TEST(Serve, AFullQueueIsA503) {
   ServerOptions options;
   options.scheduler.parallel = 1;
   options.scheduler.queue_limit = 0;
-  Running r(options, 512);
+  Running r(options, 4096);
+  // Long enough to still run on a loaded machine when the second request comes; the stop below ends it.
   auto long_request = std::async(std::launch::async, [&r] {
     httplib::Client c("127.0.0.1", r.port);
     c.set_read_timeout(120, 0);
-    return c.Post("/v1/completions", R"({"prompt":"a","max_tokens":400,"temperature":0})", "application/json");
+    return c.Post("/v1/completions", R"({"prompt":"a","max_tokens":4000,"temperature":0})", "application/json");
   });
   // Wait until it runs, then ask again: the one slot is taken and nothing may wait.
   for (int i = 0; i < 200; ++i) {
