@@ -38,41 +38,8 @@ std::string codec_name(KvCodec codec) { return std::string(kv_codec_info(codec).
 // The codec that stores V beside a K codec under test: itself, unless it stores keys only.
 KvCodec value_codec_for(KvCodec k) { return kv_codec_info(k).keys_only ? KvCodec::F16 : k; }
 
-// Device memory for the length of a test.
-template <class T>
-class DeviceArray {
- public:
-  explicit DeviceArray(size_t n) : n_(n) { SPARROW_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&p_), bytes())); }
-  explicit DeviceArray(const std::vector<T>& host) : DeviceArray(host.size()) {
-    SPARROW_CUDA_CHECK(cudaMemcpy(p_, host.data(), bytes(), cudaMemcpyHostToDevice));
-  }
-  ~DeviceArray() { cudaFree(p_); }
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  T* get() const { return p_; }
-  std::vector<T> download() const {
-    std::vector<T> host(n_);
-    SPARROW_CUDA_CHECK(cudaMemcpy(host.data(), p_, bytes(), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  size_t bytes() const { return std::max<size_t>(1, n_ * sizeof(T)); }
-  T* p_ = nullptr;
-  size_t n_;
-};
-
-class Stream {
- public:
-  // A blocking stream: it waits for the uploads that cudaMemcpy queues on the legacy default stream.
-  Stream() { SPARROW_CUDA_CHECK(cudaStreamCreate(&s_)); }
-  ~Stream() { cudaStreamDestroy(s_); }
-  cudaStream_t get() const { return s_; }
-  void sync() const { SPARROW_CUDA_CHECK(cudaStreamSynchronize(s_)); }
-
- private:
-  cudaStream_t s_ = nullptr;
-};
+using sparrow::testing::DeviceBuffer;
+using sparrow::testing::Stream;
 
 std::vector<float> random_floats(size_t n, uint32_t seed, float mean = 0.0f) {
   std::mt19937 rng(seed);
@@ -203,12 +170,12 @@ AttentionArgs attention_args(const Case& c, const float* q, float* out, void* k,
 std::vector<float> device_attention(const Case& c, const std::vector<float>& q, const HostCache& k,
                                     const HostCache& v) {
   Stream stream;
-  DeviceArray<float> q_dev(q), out_dev(q.size());
-  DeviceArray<uint8_t> k_dev(k.bytes), v_dev(v.bytes);
+  DeviceBuffer<float> q_dev(q), out_dev(q.size());
+  DeviceBuffer<uint8_t> k_dev(k.bytes), v_dev(v.bytes);
   sparrow::cuda::AttentionContext ctx(stream.get());
   sparrow::cuda::attention(ctx, attention_args(c, q_dev.get(), out_dev.get(), k_dev.get(), v_dev.get()));
   stream.sync();
-  return out_dev.download();
+  return out_dev.read();
 }
 
 double max_abs(const std::vector<double>& x) {
@@ -298,15 +265,15 @@ TEST(CudaAttention, OneContextServesCallsOfGrowingAndShrinkingSize) {
   Stream stream;
   sparrow::cuda::AttentionContext ctx(stream.get());
   std::vector<std::unique_ptr<Inputs>> inputs;
-  std::vector<std::unique_ptr<DeviceArray<float>>> queries, outputs;
-  std::vector<std::unique_ptr<DeviceArray<uint8_t>>> caches;
+  std::vector<std::unique_ptr<DeviceBuffer<float>>> queries, outputs;
+  std::vector<std::unique_ptr<DeviceBuffer<uint8_t>>> caches;
   uint32_t seed = 41;
   for (const Case& c : cases) {
     inputs.push_back(std::make_unique<Inputs>(c, seed += 3));
-    queries.push_back(std::make_unique<DeviceArray<float>>(inputs.back()->q));
-    outputs.push_back(std::make_unique<DeviceArray<float>>(inputs.back()->q.size()));
-    caches.push_back(std::make_unique<DeviceArray<uint8_t>>(inputs.back()->k.bytes));
-    caches.push_back(std::make_unique<DeviceArray<uint8_t>>(inputs.back()->v.bytes));
+    queries.push_back(std::make_unique<DeviceBuffer<float>>(inputs.back()->q));
+    outputs.push_back(std::make_unique<DeviceBuffer<float>>(inputs.back()->q.size()));
+    caches.push_back(std::make_unique<DeviceBuffer<uint8_t>>(inputs.back()->k.bytes));
+    caches.push_back(std::make_unique<DeviceBuffer<uint8_t>>(inputs.back()->v.bytes));
   }
   for (size_t i = 0; i < std::size(cases); ++i)
     sparrow::cuda::attention(ctx, attention_args(cases[i], queries[i]->get(), outputs[i]->get(),
@@ -314,7 +281,7 @@ TEST(CudaAttention, OneContextServesCallsOfGrowingAndShrinkingSize) {
   stream.sync();
   for (size_t i = 0; i < std::size(cases); ++i) {
     SCOPED_TRACE(cases[i].describe());
-    expect_output_matches(cases[i], *inputs[i], outputs[i]->download());
+    expect_output_matches(cases[i], *inputs[i], outputs[i]->read());
   }
 }
 
@@ -369,11 +336,11 @@ StoredCache device_store(KvCodec k_codec, KvCodec v_codec, int d, int n_kv, int6
                          const std::vector<float>* center, const std::vector<int64_t>& batches) {
   Stream stream;
   const size_t row = size_t(n_kv) * d;
-  DeviceArray<float> k_dev(keys), v_dev(values);
-  DeviceArray<uint8_t> k_cache(size_t(n_kv) * capacity * kv_codec_info(k_codec).block_bytes(d));
-  DeviceArray<uint8_t> v_cache(size_t(n_kv) * capacity * kv_codec_info(v_codec).block_bytes(d));
-  std::unique_ptr<DeviceArray<float>> center_dev;
-  if (center) center_dev = std::make_unique<DeviceArray<float>>(*center);
+  DeviceBuffer<float> k_dev(keys), v_dev(values);
+  DeviceBuffer<uint8_t> k_cache(size_t(n_kv) * capacity * kv_codec_info(k_codec).block_bytes(d));
+  DeviceBuffer<uint8_t> v_cache(size_t(n_kv) * capacity * kv_codec_info(v_codec).block_bytes(d));
+  std::unique_ptr<DeviceBuffer<float>> center_dev;
+  if (center) center_dev = std::make_unique<DeviceBuffer<float>>(*center);
   KvLayerView kv;
   kv.k_codec = k_codec;
   kv.v_codec = v_codec;
@@ -390,7 +357,7 @@ StoredCache device_store(KvCodec k_codec, KvCodec v_codec, int d, int n_kv, int6
     position += n;
   }
   stream.sync();
-  return {k_cache.download(), v_cache.download()};
+  return {k_cache.read(), v_cache.read()};
 }
 
 double distance(const std::vector<float>& a, const float* b) {
@@ -522,7 +489,7 @@ TEST(CudaAttention, RejectsBadArguments) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   sparrow::cuda::AttentionContext ctx(stream.get());
-  DeviceArray<float> buffer(1);
+  DeviceBuffer<float> buffer(1);
   AttentionArgs args;
   args.q = args.out = buffer.get();
   args.n_tokens = 1;

@@ -17,13 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path& tiny_model() {
-  static const fs::path path = [] {
-    fs::path p = fs::temp_directory_path() / ("sparrow-decode-graph-" + std::to_string(::getpid()) + ".gguf");
-    auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type q4_k --seed 11 -o " + p.string());
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return p;
-  }();
-  return path;
+  return testing::mkmodel_once("--arch gemma4 --preset tiny-ple --type q4_k --seed 11");
 }
 
 // The logits of a prompt and then `steps` greedy decode steps, each step's row copied out.

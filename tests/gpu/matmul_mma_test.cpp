@@ -29,86 +29,20 @@
 #include "formats/weight_formats.h"
 #include "formats/weight_int8.h"
 #include "gpu_test_util.h"
+#include "random_weights.h"
 #include "util/error.h"
 
 namespace sparrow::cuda {
 namespace {
 
-// Device memory for the span of one test; poison() fills it with NaN (all-ones floats).
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) { SPARROW_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    SPARROW_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return p_; }
-  void poison() { SPARROW_CUDA_CHECK(cudaMemset(p_, 0xFF, n_ * sizeof(T))); }
-  std::vector<T> read() const {
-    std::vector<T> host(n_);
-    SPARROW_CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
-
-class Stream {
- public:
-  Stream() { SPARROW_CUDA_CHECK(cudaStreamCreate(&stream_)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  cudaStream_t get() const { return stream_; }
-  void sync() const { SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
+using testing::DeviceBuffer;
+using testing::random_activations;
+using testing::random_weights;
+using testing::Stream;
 
 // The block types the kernel takes, in the format table's order.
 const TensorType kInt8Types[] = {TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_1, TensorType::Q5_0,
                                  TensorType::Q5_1, TensorType::Q4_K, TensorType::Q5_K, TensorType::Q6_K};
-
-// Byte offsets of the f16 fields of one block; every other byte is random, so that every code occurs.
-std::vector<size_t> half_fields(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: return {0};
-    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: return {0, 2};
-    case TensorType::Q6_K: return {offsetof(formats::BlockQ6_K, d)};
-    default: return {};
-  }
-}
-
-// Random quant bits with f16 scales and mins in +-[1/512, 1/16].
-std::vector<uint8_t> random_weights(TensorType type, int64_t n_in, int64_t n_out, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const TensorTypeInfo& geometry = *tensor_type_info(type);
-  std::vector<uint8_t> bytes(tensor_row_bytes(type, n_in) * size_t(n_out));
-  for (uint8_t& b : bytes) b = uint8_t(rng());
-  std::uniform_real_distribution<float> magnitude(1.0f / 512, 1.0f / 16);
-  for (size_t block = 0; block < bytes.size() / geometry.block_bytes; ++block) {
-    for (size_t offset : half_fields(type)) {
-      const uint16_t h = formats::f32_to_f16((rng() & 1 ? 1.0f : -1.0f) * magnitude(rng));
-      std::memcpy(bytes.data() + block * geometry.block_bytes + offset, &h, 2);
-    }
-  }
-  return bytes;
-}
-
-// Activations with a few large outliers, like real hidden states.
-std::vector<float> random_activations(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gauss(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = gauss(rng);
-  for (int64_t i = 0; i < n; i += 97) x[size_t(i)] *= 20.0f;
-  return x;
-}
 
 // The activations as the reference quantizer makes them, per token: codes [n_tokens][n_in], scales
 // [n_tokens][n_in / group], sum32 [n_tokens][n_in / 32].

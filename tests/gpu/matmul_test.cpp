@@ -27,96 +27,20 @@
 #include "cuda/cuda_check.h"
 #include "formats/weight_formats.h"
 #include "gpu_test_util.h"
+#include "random_weights.h"
 #include "util/error.h"
 
 namespace sparrow::cuda {
 namespace {
 
-// Device memory for the span of one test; the output buffers start as NaN so that an element the kernel
-// never wrote cannot pass.
-template <class T>
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t n) : n_(n) { SPARROW_CUDA_CHECK(cudaMalloc(&p_, std::max<size_t>(n, 1) * sizeof(T))); }
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) {
-    SPARROW_CUDA_CHECK(cudaMemcpy(p_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice));
-  }
-  ~DeviceBuffer() { cudaFree(p_); }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  T* get() const { return p_; }
-  void poison() { SPARROW_CUDA_CHECK(cudaMemset(p_, 0xFF, n_ * sizeof(T))); }  // all-ones floats are NaN
-  std::vector<T> read() const {
-    std::vector<T> host(n_);
-    SPARROW_CUDA_CHECK(cudaMemcpy(host.data(), p_, n_ * sizeof(T), cudaMemcpyDeviceToHost));
-    return host;
-  }
-
- private:
-  T* p_ = nullptr;
-  size_t n_;
-};
-
-class Stream {
- public:
-  Stream() { SPARROW_CUDA_CHECK(cudaStreamCreate(&stream_)); }
-  ~Stream() { cudaStreamDestroy(stream_); }
-  cudaStream_t get() const { return stream_; }
-  void sync() const { SPARROW_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
-
- private:
-  cudaStream_t stream_ = nullptr;
-};
+using testing::DeviceBuffer;
+using testing::random_activations;
+using testing::random_weights;
+using testing::Stream;
 
 std::string name_of(TensorType type) { return tensor_type_name(type); }
 
 size_t row_bytes(TensorType type, int64_t n_in) { return tensor_row_bytes(type, n_in); }
-
-// Byte offsets of the f16 scale fields in one block, from the ggml block layouts; the other bytes of a block
-// may hold any bits, and are random here so that every quant value occurs.
-std::vector<size_t> half_fields(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: return {0};
-    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: return {0, 2};
-    case TensorType::Q6_K: return {208};
-    default: return {};
-  }
-}
-
-// Weight bytes: random quant bits with f16 scales in +-[1/512, 1/16] for block types; Gaussian values for the
-// float types (rounded to the type by its quantize_row).
-std::vector<uint8_t> random_weights(TensorType type, int64_t n_in, int64_t n_out, uint32_t seed) {
-  std::mt19937 rng(seed);
-  const TensorTypeInfo& geometry = *tensor_type_info(type);
-  std::vector<uint8_t> bytes(row_bytes(type, n_in) * size_t(n_out));
-  if (geometry.block_elements == 1) {
-    std::normal_distribution<float> gauss(0.0f, 1.0f);
-    std::vector<float> values(size_t(n_in * n_out));
-    for (float& v : values) v = gauss(rng);
-    formats::quantize_row(type, values.data(), bytes.data(), n_in * n_out);
-    return bytes;
-  }
-  for (uint8_t& b : bytes) b = uint8_t(rng());
-  std::uniform_real_distribution<float> magnitude(1.0f / 512, 1.0f / 16);
-  for (size_t block = 0; block < bytes.size() / geometry.block_bytes; ++block) {
-    for (size_t offset : half_fields(type)) {
-      const uint16_t h = formats::f32_to_f16((rng() & 1 ? 1.0f : -1.0f) * magnitude(rng));
-      std::memcpy(bytes.data() + block * geometry.block_bytes + offset, &h, 2);
-    }
-  }
-  return bytes;
-}
-
-// Activations with a few large outliers, like real hidden states.
-std::vector<float> random_activations(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gauss(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = gauss(rng);
-  for (int64_t i = 0; i < n; i += 97) x[size_t(i)] *= 20.0f;
-  return x;
-}
 
 std::vector<float> dequantized(TensorType type, const std::vector<uint8_t>& bytes, int64_t n_in, int64_t n_out) {
   std::vector<float> w(size_t(n_in * n_out));

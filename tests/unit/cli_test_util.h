@@ -5,8 +5,11 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+
+#include <gtest/gtest.h>
 
 #include "runtime/resources.h"
 
@@ -39,6 +42,20 @@ inline CommandResult run_sparrow(const std::string& args, const std::string& std
   r.out = read_text(out);
   r.err = read_text(err);
   return r;
+}
+
+// The model `sparrow mkmodel ARGS -o FILE` writes (a random-weight GGUF), made once per process and ARGS in the
+// temporary folder; a failure to make it fails the calling test.
+inline const std::filesystem::path& mkmodel_once(const std::string& args) {
+  static std::map<std::string, std::filesystem::path> made;
+  auto it = made.find(args);
+  if (it != made.end()) return it->second;
+  const std::filesystem::path p = std::filesystem::temp_directory_path() /
+                                  ("sparrow-model-" + std::to_string(::getpid()) + "-" + std::to_string(made.size()) +
+                                   ".gguf");
+  const CommandResult r = run_sparrow("mkmodel " + args + " -o " + p.string());
+  EXPECT_EQ(r.exit_code, 0) << "mkmodel " << args << ": " << r.err;
+  return made.emplace(args, p).first->second;
 }
 
 // The default model as the tools find it (runtime/resources.h), or "" when it is not installed.

@@ -19,13 +19,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path& tiny_model() {
-  static const fs::path path = [] {
-    fs::path p = fs::temp_directory_path() / ("sparrow-lockstep-" + std::to_string(::getpid()) + ".gguf");
-    auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type q8_0 --seed 5 -o " + p.string());
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return p;
-  }();
-  return path;
+  return testing::mkmodel_once("--arch gemma4 --preset tiny-ple --type q8_0 --seed 5");
 }
 
 // Every op forwarded to a CPU backend, except that rms_norm's output comes out 0.1% too large.

@@ -18,23 +18,11 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path& tiny_gemma4() {
-  static const fs::path path = [] {
-    fs::path p = fs::temp_directory_path() / ("sparrow-model-load-" + std::to_string(::getpid()) + ".gguf");
-    auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type q8_0 --seed 3 -o " + p.string());
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return p;
-  }();
-  return path;
+  return testing::mkmodel_once("--arch gemma4 --preset tiny-ple --type q8_0 --seed 3");
 }
 
 const fs::path& tiny_gemma3() {
-  static const fs::path path = [] {
-    fs::path p = fs::temp_directory_path() / ("sparrow-model-load-g3-" + std::to_string(::getpid()) + ".gguf");
-    auto r = testing::run_sparrow("mkmodel --arch gemma3 --preset tiny --type q8_0 --seed 3 -o " + p.string());
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return p;
-  }();
-  return path;
+  return testing::mkmodel_once("--arch gemma3 --preset tiny --type q8_0 --seed 3");
 }
 
 struct Edit {

@@ -21,13 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 const fs::path& tiny_model() {
-  static const fs::path path = [] {
-    fs::path p = fs::temp_directory_path() / ("sparrow-multi-" + std::to_string(::getpid()) + ".gguf");
-    auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type f32 --seed 9 -o " + p.string());
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return p;
-  }();
-  return path;
+  return testing::mkmodel_once("--arch gemma4 --preset tiny-ple --type f32 --seed 9");
 }
 
 const Model& model() {

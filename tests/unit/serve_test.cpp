@@ -21,9 +21,7 @@ using nlohmann::json;
 
 sparrow_model* tiny_model() {
   static sparrow_model* model = [] {
-    const fs::path p = fs::temp_directory_path() / ("sparrow-serve-" + std::to_string(::getpid()) + ".gguf");
-    auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type q8_0 --seed 2 -o " + p.string());
-    EXPECT_EQ(r.exit_code, 0) << r.err;
+    const fs::path& p = testing::mkmodel_once("--arch gemma4 --preset tiny-ple --type q8_0 --seed 2");
     sparrow_model* m = sparrow_model_load(p.string().c_str(), nullptr, nullptr);
     EXPECT_NE(m, nullptr) << sparrow_last_error();
     return m;

@@ -18,6 +18,7 @@
 
 #include "formats/weight_formats.h"
 #include "ggml_activations.h"
+#include "random_weights.h"
 #include "reference_test_util.h"
 #include "runtime/resources.h"
 #include "util/error.h"
@@ -404,20 +405,12 @@ std::string why_skipped(const GgmlBase& lib) {
          " (build it with scripts/build-llama-cpp or set SPARROW_LLAMA_CPP to its prefix)";
 }
 
+using testing::half_fields;
+
 uint16_t random_finite_half(std::mt19937& rng) {
   for (;;) {
     const uint16_t h = uint16_t(rng());
     if (((h >> 10) & 0x1F) != 0x1F) return h;
-  }
-}
-
-// Byte offsets of the f16 scale fields in one block; everything else may hold any bits.
-std::vector<size_t> half_fields(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: return {0};
-    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: return {0, 2};
-    case TensorType::Q6_K: return {offsetof(BlockQ6_K, d)};
-    default: return {};
   }
 }
 

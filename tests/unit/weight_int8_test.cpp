@@ -25,20 +25,12 @@
 #include <gtest/gtest.h>
 
 #include "formats/weight_formats.h"
+#include "random_weights.h"
 
 namespace sparrow::formats {
 namespace {
 
-// Byte offsets of the f16 fields of one block (the scales and mins); the other bytes may hold any bits and are
-// random here, so every code, sub-block scale and fifth/sixth bit occurs.
-std::vector<size_t> half_fields(TensorType type) {
-  switch (type) {
-    case TensorType::Q4_0: case TensorType::Q5_0: case TensorType::Q8_0: return {0};
-    case TensorType::Q4_1: case TensorType::Q5_1: case TensorType::Q4_K: case TensorType::Q5_K: return {0, 2};
-    case TensorType::Q6_K: return {offsetof(BlockQ6_K, d)};
-    default: return {};
-  }
-}
+using testing::half_fields;
 
 // n_units random units of type T: random bytes, f16 fields finite with random sign and magnitudes in
 // [2^-14, 2^4] (normal halves of many exponents), plus a few tiny ones (subnormal halves) and zeros.
