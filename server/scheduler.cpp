@@ -78,7 +78,7 @@ Scheduler::Scheduler(sparrow_model* model, const sparrow_context_params& params,
   if (options.parallel < 1) throw HttpError(500, "parallel must be at least 1", "server_error");
   batch_ = sparrow_batch_new(model, params, options.parallel);
   if (!batch_) throw std::runtime_error(sparrow_last_error());
-  // The context each sequence gets: a probe sequence says.
+  // Serving needs one sequence's KV cache to fit: a probe sequence finds out now rather than at the first request.
   const sparrow_seq probe = sparrow_seq_open(batch_);
   if (probe < 0) {
     const std::string why = sparrow_last_error();
@@ -86,7 +86,7 @@ Scheduler::Scheduler(sparrow_model* model, const sparrow_context_params& params,
     throw std::runtime_error(why);
   }
   sparrow_seq_close(batch_, probe);
-  n_ctx_ = params.n_ctx > 0 ? params.n_ctx : std::min(sparrow_model_n_ctx_train(model), 4096);
+  n_ctx_ = sparrow_batch_n_ctx(batch_);
   thread_ = std::thread([this] { loop(); });
 }
 

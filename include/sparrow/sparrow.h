@@ -127,6 +127,8 @@ sparrow_seq sparrow_seq_open(sparrow_batch* batch);
 int sparrow_seq_close(sparrow_batch* batch, sparrow_seq seq);
 /* Bytes of KV cache the open sequences hold. */
 size_t sparrow_batch_kv_bytes(const sparrow_batch* batch);
+/* Tokens each sequence's KV cache holds (params.n_ctx, or its default). */
+int32_t sparrow_batch_n_ctx(const sparrow_batch* batch);
 /* Tokens in the sequence's cache, or -1 (not open). */
 int32_t sparrow_seq_n_past(const sparrow_batch* batch, sparrow_seq seq);
 /* Appends each step's tokens to its sequence and keeps the logits of each step's last token. Returns 0, or -1

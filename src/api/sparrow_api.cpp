@@ -253,6 +253,7 @@ int sparrow_seq_close(sparrow_batch* batch, sparrow_seq seq) {
 }
 
 size_t sparrow_batch_kv_bytes(const sparrow_batch* batch) { return batch->sequences->kv_bytes(); }
+int32_t sparrow_batch_n_ctx(const sparrow_batch* batch) { return batch->sequences->n_ctx(); }
 
 int32_t sparrow_seq_n_past(const sparrow_batch* batch, sparrow_seq seq) {
   return guarded<int32_t>(-1, [&] { return batch->sequences->n_past(seq); });

@@ -76,6 +76,7 @@ int main(int argc, char** argv) {
     steps[s].n_tokens = lengths[s];
   }
   CHECK(sparrow_seq_open(batch) == -1, "a fourth sequence must be refused");
+  CHECK(sparrow_batch_n_ctx(batch) == 64, "each sequence holds n_ctx tokens, not %d", sparrow_batch_n_ctx(batch));
   CHECK(sparrow_batch_decode(batch, steps, 3) == 0, "%s", sparrow_last_error());
   for (int s = 0; s < 3; ++s) {
     CHECK(sparrow_seq_n_past(batch, seqs[s]) == lengths[s], "sequence %d holds %d tokens", s,
