@@ -16,15 +16,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path scratch_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("sparrow-bench-test-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
 // Gemma 3 tiny: 5 sliding layers (16-token window) and 1 global layer, written once per test run.
 const std::string& tiny_model() {
   static const std::string path = [] {
@@ -195,14 +186,6 @@ TEST(PlotBench, RejectsJsonThatIsNotABenchmark) {
                           (scratch_dir() / "other.png").string() + " 2>/dev/null";
   EXPECT_NE(std::system(cmd.c_str()), 0);
 }
-
-// Removes the tiny model and the JSON/PNG files when the test binary exits.
-struct ScratchDirCleanup {
-  ~ScratchDirCleanup() {
-    std::error_code ignored;
-    fs::remove_all(fs::temp_directory_path() / ("sparrow-bench-test-" + std::to_string(::getpid())), ignored);
-  }
-} scratch_dir_cleanup;
 
 }  // namespace
 }  // namespace sparrow::testing

@@ -16,7 +16,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path temp_file(const std::string& name, const std::string& bytes) {
-  fs::path p = fs::temp_directory_path() / ("sparrow-cli-test-" + std::to_string(::getpid()) + "-" + name);
+  fs::path p = scratch_dir() / name;
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
 }

@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "runtime/resources.h"
+#include "scratch_dir.h"
 
 namespace sparrow::testing {
 
@@ -30,8 +31,7 @@ inline std::string read_text(const std::filesystem::path& p) {
 
 // args is appended to the binary path as shell words (quote them yourself).
 inline CommandResult run_sparrow(const std::string& args, const std::string& stdin_text = "") {
-  const auto dir = std::filesystem::temp_directory_path() / ("sparrow-cli-" + std::to_string(::getpid()));
-  std::filesystem::create_directories(dir);
+  const std::filesystem::path& dir = scratch_dir();
   const auto in = dir / "stdin", out = dir / "stdout", err = dir / "stderr";
   std::ofstream(in) << stdin_text;
   const std::string cmd = std::string(SPARROW_CLI_PATH) + " " + args + " <" + in.string() + " >" + out.string() +
@@ -45,14 +45,12 @@ inline CommandResult run_sparrow(const std::string& args, const std::string& std
 }
 
 // The model `sparrow mkmodel ARGS -o FILE` writes (a random-weight GGUF), made once per process and ARGS in the
-// temporary folder; a failure to make it fails the calling test.
+// process's scratch folder; a failure to make it fails the calling test.
 inline const std::filesystem::path& mkmodel_once(const std::string& args) {
   static std::map<std::string, std::filesystem::path> made;
   auto it = made.find(args);
   if (it != made.end()) return it->second;
-  const std::filesystem::path p = std::filesystem::temp_directory_path() /
-                                  ("sparrow-model-" + std::to_string(::getpid()) + "-" + std::to_string(made.size()) +
-                                   ".gguf");
+  const std::filesystem::path p = scratch_dir() / ("model-" + std::to_string(made.size()) + ".gguf");
   const CommandResult r = run_sparrow("mkmodel " + args + " -o " + p.string());
   EXPECT_EQ(r.exit_code, 0) << "mkmodel " << args << ": " << r.err;
   return made.emplace(args, p).first->second;

@@ -2,7 +2,6 @@
 // Helpers for GGUF tests: a scratch directory, and reading, patching and truncating files byte by byte so that
 // malformed files can be made from a good one written by gguf::Writer.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -16,17 +15,17 @@
 #include <vector>
 
 #include "gguf/gguf.h"
+#include "scratch_dir.h"
 #include "util/error.h"
 
 namespace sparrow::gguf::test_util {
 
-// A fresh directory under the system temp dir, removed with its contents when the object goes away.
+// A fresh directory in the process's scratch folder, removed with its contents when the object goes away.
 class TempDir {
  public:
   TempDir() {
     static std::atomic<int> counter{0};
-    path_ = std::filesystem::temp_directory_path() /
-            ("sparrow_gguf_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
+    path_ = testing::scratch_dir() / ("gguf-" + std::to_string(counter++));
     std::filesystem::remove_all(path_);
     std::filesystem::create_directories(path_);
   }

@@ -231,7 +231,7 @@ TEST_F(CacheFixture, ImpossibleContextIsRefusedBeforeAllocating) {
 class KvCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    model_ = new std::string(::testing::TempDir() + "sparrow-kv-cli-" + std::to_string(::getpid()) + ".gguf");
+    model_ = new std::string((testing::scratch_dir() / "kv-cli.gguf").string());
     auto r = testing::run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type f32 --seed 5 -o " + *model_);
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
@@ -247,7 +247,7 @@ TEST_F(KvCli, RunWithCompressedCodecsPrintsTheCacheSummary) {
 }
 
 TEST_F(KvCli, LogitsWithPerLayerOverrides) {
-  const std::string out = ::testing::TempDir() + "kv-cli-logits.bin";
+  const std::string out = (testing::scratch_dir() / "kv-cli-logits.bin").string();
   auto r = testing::run_sparrow("logits -m " + *model_ + " --tokens 2,10,20 -o " + out +
                                 " -ctk q8_0 -ctv q4_0 --kv-layers 0:polar4/tcq3");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -27,6 +27,7 @@
 #include "model/config.h"
 #include "reference_test_util.h"
 #include "runtime/resources.h"
+#include "scratch_dir.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -59,21 +60,12 @@ CommandResult run_command(const std::string& command) {
   return result;
 }
 
-fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("sparrow-mkmodel-test-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
 // Writes a model once per (arguments) and reuses it across tests: the tiny files take about a second each.
 std::string make_model(const std::string& args, const std::string& file_name) {
   static std::map<std::string, std::string> made;
   auto it = made.find(args);
   if (it != made.end()) return it->second;
-  const std::string path = (temp_dir() / file_name).string();
+  const std::string path = (testing::scratch_dir() / file_name).string();
   const CommandResult r = run_command(std::string(SPARROW_CLI_PATH) + " mkmodel " + args + " -o " + path);
   if (r.status != 0) {
     ADD_FAILURE() << "mkmodel " << args << " failed (" << r.status << "): " << r.output;
@@ -419,7 +411,7 @@ std::string write_config_metadata(const ModelConfig& config, const std::string& 
   const std::vector<float> embeddings(size_t(config.n_embd) * size_t(config.n_vocab));
   writer.add_tensor("token_embd.weight", TensorType::F32, {config.n_embd, config.n_vocab}, embeddings.data(),
                     embeddings.size() * sizeof(float));
-  const std::string path = (temp_dir() / file_name).string();
+  const std::string path = (testing::scratch_dir() / file_name).string();
   writer.write(path);
   return path;
 }
@@ -480,12 +472,12 @@ TEST(Mkmodel, BadArgumentsFailWithAMessageNamingTheProblem) {
   const CommandResult type = run_command(cli + " mkmodel --arch gemma4 --preset tiny-dense --type q3_k --dry-run");
   EXPECT_NE(type.status, 0);
   EXPECT_NE(type.output.find("--type"), std::string::npos) << type.output;
-  const std::string missing = (temp_dir() / "no-such-vocab.gguf").string();
+  const std::string missing = (testing::scratch_dir() / "no-such-vocab.gguf").string();
   const CommandResult vocab = run_command(cli + " mkmodel --arch gemma4 --preset tiny-dense --vocab " + missing +
-                                          " -o " + (temp_dir() / "x.gguf").string());
+                                          " -o " + (testing::scratch_dir() / "x.gguf").string());
   EXPECT_NE(vocab.status, 0);
   EXPECT_NE(vocab.output.find(missing), std::string::npos) << vocab.output;
-  EXPECT_FALSE(fs::exists(temp_dir() / "x.gguf"));
+  EXPECT_FALSE(fs::exists(testing::scratch_dir() / "x.gguf"));
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -524,14 +516,6 @@ TEST_F(MkmodelLlamaCpp, LoadsGemma3Tiny) {
 TEST_F(MkmodelLlamaCpp, LoadsGemma4TinyPle) { expect_llama_cpp_logits(tiny_gemma4("tiny-ple", "q4_k")); }
 TEST_F(MkmodelLlamaCpp, LoadsGemma4TinyKeqv) { expect_llama_cpp_logits(tiny_gemma4("tiny-keqv", "q8_0")); }
 TEST_F(MkmodelLlamaCpp, LoadsGemma4TinyDense) { expect_llama_cpp_logits(tiny_gemma4("tiny-dense", "f16")); }
-
-// Removes the temporary models when the test binary exits.
-struct TempDirCleanup {
-  ~TempDirCleanup() {
-    std::error_code ignored;
-    fs::remove_all(fs::temp_directory_path() / ("sparrow-mkmodel-test-" + std::to_string(::getpid())), ignored);
-  }
-} temp_dir_cleanup;
 
 }  // namespace
 }  // namespace sparrow

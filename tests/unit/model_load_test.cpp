@@ -51,7 +51,7 @@ fs::path edited_copy(const std::string& name, const Edit& edit) {
     }
     w.add_tensor(t.name, t.type, ne, t.data, t.nbytes);
   }
-  fs::path out = fs::temp_directory_path() / ("sparrow-model-load-" + std::to_string(::getpid()) + "-" + name);
+  fs::path out = testing::scratch_dir() / name;
   w.write(out.string());
   return out;
 }

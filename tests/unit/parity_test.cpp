@@ -32,12 +32,6 @@ namespace fs = std::filesystem;
 
 fs::path peer_program() { return resources::llama_cpp_prefix() / "bin" / "sparrow-peer-llama_logits"; }
 
-fs::path scratch_dir() {
-  fs::path d = fs::temp_directory_path() / ("sparrow-parity-" + std::to_string(::getpid()));
-  fs::create_directories(d);
-  return d;
-}
-
 std::vector<float> read_floats(const fs::path& p) {
   std::ifstream f(p, std::ios::binary);
   f.seekg(0, std::ios::end);

@@ -34,17 +34,8 @@ const char* const kText =
     "hours. After two hours of debate they agreed to repair the windows first and to ask the county for a grant "
     "to cover the rest. The chairman thanked everyone and closed the meeting a little after nine.";
 
-fs::path temp_dir() {
-  static const fs::path dir = [] {
-    fs::path d = fs::temp_directory_path() / ("sparrow-perplexity-test-" + std::to_string(::getpid()));
-    fs::create_directories(d);
-    return d;
-  }();
-  return dir;
-}
-
 fs::path write_file(const std::string& name, const std::string& bytes) {
-  const fs::path p = temp_dir() / name;
+  const fs::path p = scratch_dir() / name;
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
 }
@@ -52,7 +43,7 @@ fs::path write_file(const std::string& name, const std::string& bytes) {
 // A tiny Gemma 4 model with the committed vocabulary fixture, written once per test process.
 const std::string& tiny_model() {
   static const std::string path = [] {
-    const std::string out = (temp_dir() / "tiny-ple-f16.gguf").string();
+    const std::string out = (scratch_dir() / "tiny-ple-f16.gguf").string();
     const std::string vocab = resources::gemma4_vocab_path().string();
     const CommandResult r =
         run_sparrow("mkmodel --arch gemma4 --preset tiny-ple --type f16 --vocab " + vocab + " -o " + out);
@@ -182,7 +173,7 @@ TEST_F(Perplexity, EqualsExpOfMeanNllOverTheSecondHalfOfEachChunk) {
 
 // A kl-base of the whole test text with the default f16 KV cache, written once per test process.
 struct F16Base {
-  fs::path path = temp_dir() / "f16.klbase";
+  fs::path path = scratch_dir() / "f16.klbase";
   CommandResult write;
   F16Base() {
     fs::remove(path);

@@ -25,6 +25,7 @@
 
 #include "gguf/gguf.h"
 #include "runtime/resources.h"
+#include "scratch_dir.h"
 #include "strict_utf8.h"
 #include "util/error.h"
 
@@ -701,9 +702,7 @@ TEST(TokenizerErrors, MissingBosIsAnErrorOnlyWhenAskedFor) {
 // Reading the keys of a GGUF file (a tiny one written here, so this runs without the real files)
 
 std::string temp_gguf_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("sparrow_tokenizer_test_" + std::to_string(::getpid()) + "_" + name + ".gguf"))
-      .string();
+  return (testing::scratch_dir() / (name + ".gguf")).string();
 }
 
 gguf::Writer tiny_gemma4_writer() {

@@ -294,9 +294,7 @@ TEST(VerifyAttention, AFailingAttentionCellFailsTheReport) {
 }
 
 TEST(VerifyAttentionCli, JsonHasTheAttentionSection) {
-  const fs::path dir = fs::temp_directory_path() / ("sparrow-verify-attention-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  const fs::path json = dir / "report.json";
+  const fs::path json = sparrow::testing::scratch_dir() / "report.json";
   const auto r = sparrow::testing::run_sparrow("verify --codec f16 --fixtures " +
                                                (fs::path(SPARROW_SOURCE_DIR) / "tests/fixtures/kv").string() +
                                                " --json " + json.string());
@@ -324,7 +322,6 @@ TEST(VerifyAttentionCli, JsonHasTheAttentionSection) {
   EXPECT_EQ(last["n_kv"], 4097);
   EXPECT_EQ(last["mask"], "windowed");
   EXPECT_EQ(last["total"], 32);
-  fs::remove_all(dir);
 }
 
 }  // namespace

@@ -136,7 +136,7 @@ std::vector<uint8_t> file_bytes(const fs::path& p) {
 }
 
 fs::path temp_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / ("sparrow-verify-" + std::to_string(::getpid()) + "-" + name);
+  const fs::path dir = sparrow::testing::scratch_dir() / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
