@@ -56,7 +56,7 @@ void add_chat_command(CLI::App& app, int& exit_code) {
       // Only the text after what the cache already holds is new; the template's turns only ever append.
       const std::string fresh = prompt.substr(already_decoded.size());
       std::vector<sparrow_token> tokens = tokenize(m.model, fresh, false, true);
-      std::string reply = generate(ctx.ctx, m.model, tokens, *n_predict, *sampling, stats);
+      std::string reply = generate(ctx.ctx, tokens, *n_predict, *sampling, stats);
       std::cout << "\n";
       turns.push_back({"assistant", reply});
       // The reply's end-of-turn marker was sampled but not decoded; formatting the history again yields it.

@@ -186,7 +186,7 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vector<sparrow_token>& prompt,
+std::string generate(sparrow_context* ctx, const std::vector<sparrow_token>& prompt,
                      int32_t n_predict, const SamplingOptions& s, GenerationStats& stats) {
   check_fits_context(ctx, prompt.size());
   sparrow_sampler* sampler = sparrow_sampler_new({s.temperature, s.top_k, s.top_p, s.min_p, s.seed});
@@ -196,25 +196,26 @@ std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vect
   stats.prompt_tokens += int32_t(prompt.size());
   stats.prompt_seconds += seconds_since(t0);
 
-  std::string text, pending;
+  // Pieces reach stdout as whole UTF-8 characters: a character split across tokens waits for its last byte.
+  struct Printer {
+    std::string text, pending;
+    static int on_token(sparrow_token, const char* piece, int32_t len, void* user) {
+      auto& p = *static_cast<Printer*>(user);
+      p.pending.append(piece, size_t(len));
+      const size_t ready = complete_utf8_prefix(p.pending);
+      std::cout << p.pending.substr(0, ready) << std::flush;
+      p.text += p.pending.substr(0, ready);
+      p.pending.erase(0, ready);
+      return 0;
+    }
+  } printer;
   t0 = std::chrono::steady_clock::now();
-  for (int32_t i = 0; n_predict < 0 || i < n_predict; ++i) {
-    const sparrow_token token = sparrow_sample_next(ctx, sampler);
-    if (token < 0) throw Error(sparrow_last_error());
-    if (sparrow_token_is_end_of_generation(model, token)) break;
-    pending += token_piece(model, token);
-    const size_t ready = complete_utf8_prefix(pending);
-    std::cout << pending.substr(0, ready) << std::flush;
-    text += pending.substr(0, ready);
-    pending.erase(0, ready);
-    stats.generated_tokens++;
-    if (sparrow_context_n_past(ctx) >= sparrow_context_n_ctx(ctx)) break;
-    if (sparrow_decode(ctx, &token, 1, 0) != 0) throw Error(sparrow_last_error());
-  }
-  std::cout << pending << std::flush;
-  text += pending;
+  const int32_t generated = sparrow_generate(ctx, sampler, n_predict, Printer::on_token, &printer);
+  if (generated < 0) throw Error(sparrow_last_error());
+  std::cout << printer.pending << std::flush;
+  stats.generated_tokens += generated;
   stats.generation_seconds += seconds_since(t0);
-  return text;
+  return printer.text + printer.pending;
 }
 
 void print_stats(const GenerationStats& st) {

@@ -92,7 +92,7 @@ struct GenerationStats {
 
 // Decodes the prompt, then samples up to n_predict tokens (< 0: until end of generation or context full),
 // streaming each piece to stdout as complete UTF-8. Returns the generated text.
-std::string generate(sparrow_context* ctx, sparrow_model* model, const std::vector<sparrow_token>& prompt,
+std::string generate(sparrow_context* ctx, const std::vector<sparrow_token>& prompt,
                      int32_t n_predict, const SamplingOptions& sampling, GenerationStats& stats);
 void print_stats(const GenerationStats& stats);
 

@@ -23,7 +23,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
     check_fits_context(ctx.ctx, tokens.size());  // before the prompt is echoed
     GenerationStats stats;
     std::cout << *prompt << std::flush;
-    generate(ctx.ctx, m.model, tokens, *n_predict, *sampling, stats);
+    generate(ctx.ctx, tokens, *n_predict, *sampling, stats);
     std::cout << "\n";
     print_stats(stats);
     exit_code = 0;

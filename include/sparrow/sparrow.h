@@ -16,6 +16,9 @@ typedef struct sparrow_context sparrow_context;
 typedef struct sparrow_sampler sparrow_sampler;
 typedef int32_t sparrow_token;
 
+/* What the int-returning calls that run the model return besides 0 and -1 (an error). */
+enum { SPARROW_CANCELLED = -2 /* the abort callback stopped it (see sparrow_context_set_abort) */ };
+
 const char* sparrow_last_error(void);
 const char* sparrow_version(void);
 
@@ -105,6 +108,37 @@ int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n,
 /* Logits of position i of the last decode (i = -1: the last position); n_vocab floats, owned by ctx. */
 const float* sparrow_get_logits(const sparrow_context* ctx, int32_t i);
 
+/* Asked before every forward pass of a decode (each n_batch tokens of a prompt, each generated token), on the
+ * decoding thread: a nonzero return stops the decode, which then returns SPARROW_CANCELLED; the passes before
+ * it stay decoded (sparrow_context_n_past says how far it got). fn NULL: never stop. How a host cancels a long
+ * prompt, e.g. when its client has gone. */
+typedef int (*sparrow_abort_fn)(void* user);
+void sparrow_context_set_abort(sparrow_context* ctx, sparrow_abort_fn fn, void* user);
+
+/* Called with each generated token and its text (the bytes of sparrow_token_to_piece, not NUL-terminated; a
+ * multi-byte character may be split across tokens). A nonzero return stops the generation after this token. */
+typedef int (*sparrow_token_fn)(sparrow_token token, const char* piece, int32_t piece_len, void* user);
+/* Generates after what the context holds (its last decode must have kept logits, e.g. the prompt's): samples a
+ * token, hands it to on_token (may be NULL), decodes it, and repeats; it stops at an end-of-generation token (not
+ * handed over, not decoded), after max_tokens (< 0: no limit), or when on_token returns nonzero. Every token
+ * handed over is decoded into the context, except one sampled when the context is full, which ends the
+ * generation. Returns the number of tokens handed over, -1 on error, or SPARROW_CANCELLED (the abort callback;
+ * sparrow_context_n_past then says what the context holds). */
+int32_t sparrow_generate(sparrow_context* ctx, sparrow_sampler* sampler, int32_t max_tokens, sparrow_token_fn on_token,
+                         void* user);
+
+/* ---- saving and restoring a sequence: continue it later without decoding its tokens again ---- */
+/* Writes the context's KV cache and token count to a file (docs/state-files.md), with the ids of those tokens
+ * when tokens is not NULL (n_tokens must then equal sparrow_context_n_past). The file appears whole or not at
+ * all. Returns 0, or -1. */
+int sparrow_context_save(const sparrow_context* ctx, const char* path, const sparrow_token* tokens, int32_t n_tokens);
+/* Replaces the context's tokens by a saved state of the same model file with the same KV codecs (the context size
+ * may differ if it holds the tokens). Writes the saved ids, if any, to tokens_out (up to capacity; may be NULL)
+ * and their count to *n_tokens_out (may be NULL). No logits are saved: decode the next token before sampling.
+ * Returns the restored n_past, or -1 with the context reset (not that model, other codecs, a corrupt file...). */
+int32_t sparrow_context_load(sparrow_context* ctx, const char* path, sparrow_token* tokens_out, int32_t capacity,
+                             int32_t* n_tokens_out);
+
 /* ---- many sequences: one forward pass serves them all ---- */
 /* A batch holds up to n_seq_max sequences of one model, each with its own KV cache of params.n_ctx tokens (the
  * other context params apply to each), and decodes steps of several sequences in shared forward passes: a
@@ -136,6 +170,16 @@ int32_t sparrow_seq_n_past(const sparrow_batch* batch, sparrow_seq seq);
 int sparrow_batch_decode(sparrow_batch* batch, const sparrow_seq_step* steps, int32_t n_steps);
 /* The kept logits of the sequence's step in the last decode (n_vocab floats, owned by the batch), or NULL. */
 const float* sparrow_seq_logits(sparrow_batch* batch, sparrow_seq seq);
+/* Forgets the sequence's tokens after the first n_past, as sparrow_context_truncate. Returns 0, or -1. */
+int sparrow_seq_truncate(sparrow_batch* batch, sparrow_seq seq, int32_t n_past);
+/* As sparrow_context_set_abort, for the batch's decodes (sparrow_batch_decode returns SPARROW_CANCELLED). */
+void sparrow_batch_set_abort(sparrow_batch* batch, sparrow_abort_fn fn, void* user);
+/* As sparrow_context_save / sparrow_context_load, for one open sequence of the batch; a state saved from a
+ * context loads into a sequence and the other way round when the model and codecs agree. */
+int sparrow_seq_save(const sparrow_batch* batch, sparrow_seq seq, const char* path, const sparrow_token* tokens,
+                     int32_t n_tokens);
+int32_t sparrow_seq_load(sparrow_batch* batch, sparrow_seq seq, const char* path, sparrow_token* tokens_out,
+                         int32_t capacity, int32_t* n_tokens_out);
 
 /* ---- sampling ---- */
 typedef struct sparrow_sampler_params {

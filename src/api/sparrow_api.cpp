@@ -2,6 +2,7 @@
 #include "sparrow/sparrow.h"
 
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -22,6 +23,7 @@ struct sparrow_model {
   std::string placement;
 };
 struct sparrow_context {
+  const sparrow::Model* model = nullptr;
   std::unique_ptr<sparrow::Session> session;
   std::string kv_summary;
 };
@@ -36,16 +38,48 @@ namespace {
 
 thread_local std::string last_error;
 
+// Runs body, turning an exception into on_error (on_cancel for a decode the abort callback stopped) and the
+// last-error string: no C++ exception crosses the C API.
 template <typename R, typename F>
-R guarded(R on_error, F&& body) {
+R guarded(R on_error, R on_cancel, F&& body) {
   try {
     return body();
+  } catch (const sparrow::Cancelled& e) {
+    last_error = e.what();
+    return on_cancel;
   } catch (const std::exception& e) {
     last_error = e.what();
   } catch (...) {
     last_error = "unknown error";
   }
   return on_error;
+}
+
+template <typename R, typename F>
+R guarded(R on_error, F&& body) {
+  return guarded(on_error, on_error, std::forward<F>(body));
+}
+
+// The host's abort callback as the engine asks it.
+std::function<bool()> abort_check(sparrow_abort_fn fn, void* user) {
+  if (!fn) return {};
+  return [fn, user] { return fn(user) != 0; };
+}
+
+std::span<const int32_t> token_span(const sparrow_token* tokens, int32_t n_tokens) {
+  if (n_tokens < 0 || (n_tokens > 0 && !tokens)) throw sparrow::Error("token ids: NULL or a negative count");
+  return tokens ? std::span<const int32_t>(tokens, size_t(n_tokens)) : std::span<const int32_t>();
+}
+
+// A restored sequence's ids out to the caller: all of them or an error (capacity too small).
+int32_t restored(const std::vector<int32_t>& ids, int32_t n_past, sparrow_token* out, int32_t capacity,
+                 int32_t* n_out) {
+  if (out && int64_t(ids.size()) > capacity)
+    throw sparrow::Error("the state holds " + std::to_string(ids.size()) + " token ids, more than the capacity " +
+                         std::to_string(capacity) + " given");
+  if (out) std::copy(ids.begin(), ids.end(), out);
+  if (n_out) *n_out = int32_t(ids.size());
+  return n_past;
 }
 
 // Copies bytes out C-style: the length, or -(length needed) when capacity is too small.
@@ -181,6 +215,7 @@ sparrow_context_params sparrow_context_default_params(void) {
 sparrow_context* sparrow_context_new(sparrow_model* model, sparrow_context_params params) {
   return guarded<sparrow_context*>(nullptr, [&]() -> sparrow_context* {
     auto ctx = std::make_unique<sparrow_context>();
+    ctx->model = model->model.get();
     ctx->session = std::make_unique<sparrow::Session>(*model->model, session_options(params));
     ctx->kv_summary = ctx->session->cache().summary();
     return ctx.release();
@@ -204,7 +239,7 @@ int sparrow_context_truncate(sparrow_context* ctx, int32_t n_past) {
 }
 
 int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n, int all_logits) {
-  return guarded<int>(-1, [&] {
+  return guarded<int>(-1, SPARROW_CANCELLED, [&] {
     ctx->session->decode(tokens, n, all_logits != 0);
     return 0;
   });
@@ -212,6 +247,52 @@ int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n,
 
 const float* sparrow_get_logits(const sparrow_context* ctx, int32_t i) {
   return guarded<const float*>(nullptr, [&] { return ctx->session->logits(i); });
+}
+
+void sparrow_context_set_abort(sparrow_context* ctx, sparrow_abort_fn fn, void* user) {
+  ctx->session->set_abort(abort_check(fn, user));
+}
+
+int32_t sparrow_generate(sparrow_context* ctx, sparrow_sampler* sampler, int32_t max_tokens, sparrow_token_fn on_token,
+                         void* user) {
+  return guarded<int32_t>(-1, SPARROW_CANCELLED, [&]() -> int32_t {
+    sparrow::Session& session = *ctx->session;
+    const sparrow::Tokenizer& tokenizer = *ctx->model->tokenizer;
+    int32_t handed = 0;
+    while (max_tokens < 0 || handed < max_tokens) {
+      const int32_t token = session.sample(sampler->sampler);
+      if (tokenizer.is_end_of_generation(token)) break;
+      ++handed;
+      const std::string piece = tokenizer.token_to_piece(token, false);
+      const bool stop = on_token && on_token(token, piece.data(), int32_t(piece.size()), user) != 0;
+      if (session.n_past() >= session.n_ctx()) break;
+      session.decode(&token, 1, false);
+      if (stop) break;
+    }
+    return handed;
+  });
+}
+
+int sparrow_context_save(const sparrow_context* ctx, const char* path, const sparrow_token* tokens, int32_t n_tokens) {
+  return guarded<int>(-1, [&] {
+    if (!path) throw sparrow::Error("state path is NULL");
+    ctx->session->save_state(path, token_span(tokens, n_tokens));
+    return 0;
+  });
+}
+
+int32_t sparrow_context_load(sparrow_context* ctx, const char* path, sparrow_token* tokens_out, int32_t capacity,
+                             int32_t* n_tokens_out) {
+  return guarded<int32_t>(-1, [&] {
+    if (!path) throw sparrow::Error("state path is NULL");
+    try {
+      const std::vector<int32_t> ids = ctx->session->restore_state(path);
+      return restored(ids, ctx->session->n_past(), tokens_out, capacity, n_tokens_out);
+    } catch (...) {
+      ctx->session->reset();
+      throw;
+    }
+  });
 }
 
 sparrow_sampler_params sparrow_sampler_default_params(void) {
@@ -260,7 +341,7 @@ int32_t sparrow_seq_n_past(const sparrow_batch* batch, sparrow_seq seq) {
 }
 
 int sparrow_batch_decode(sparrow_batch* batch, const sparrow_seq_step* steps, int32_t n_steps) {
-  return guarded<int>(-1, [&] {
+  return guarded<int>(-1, SPARROW_CANCELLED, [&] {
     if (n_steps < 0 || (n_steps > 0 && !steps)) throw sparrow::Error("batch decode: no steps");
     std::vector<sparrow::MultiSession::Step> work;
     for (int32_t i = 0; i < n_steps; ++i) {
@@ -275,6 +356,40 @@ int sparrow_batch_decode(sparrow_batch* batch, const sparrow_seq_step* steps, in
 
 const float* sparrow_seq_logits(sparrow_batch* batch, sparrow_seq seq) {
   return guarded<const float*>(nullptr, [&] { return batch->sequences->logits(seq); });
+}
+
+int sparrow_seq_truncate(sparrow_batch* batch, sparrow_seq seq, int32_t n_past) {
+  return guarded<int>(-1, [&] {
+    batch->sequences->truncate(seq, n_past);
+    return 0;
+  });
+}
+
+void sparrow_batch_set_abort(sparrow_batch* batch, sparrow_abort_fn fn, void* user) {
+  batch->sequences->set_abort(abort_check(fn, user));
+}
+
+int sparrow_seq_save(const sparrow_batch* batch, sparrow_seq seq, const char* path, const sparrow_token* tokens,
+                     int32_t n_tokens) {
+  return guarded<int>(-1, [&] {
+    if (!path) throw sparrow::Error("state path is NULL");
+    batch->sequences->save_state(seq, path, token_span(tokens, n_tokens));
+    return 0;
+  });
+}
+
+int32_t sparrow_seq_load(sparrow_batch* batch, sparrow_seq seq, const char* path, sparrow_token* tokens_out,
+                         int32_t capacity, int32_t* n_tokens_out) {
+  return guarded<int32_t>(-1, [&] {
+    if (!path) throw sparrow::Error("state path is NULL");
+    try {
+      const std::vector<int32_t> ids = batch->sequences->restore_state(seq, path);
+      return restored(ids, batch->sequences->n_past(seq), tokens_out, capacity, n_tokens_out);
+    } catch (const sparrow::Error&) {
+      if (batch->sequences->is_open(seq)) batch->sequences->reset(seq);
+      throw;
+    }
+  });
 }
 
 sparrow_token sparrow_seq_sample(sparrow_batch* batch, sparrow_seq seq, sparrow_sampler* sampler) {

@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "util/binary_io.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -115,6 +116,30 @@ void KvCache::store(int32_t il, const float* k, const float* v, int64_t n_tokens
   if (!layers_[il].owns_kv) throw Error("KV cache: layer " + std::to_string(il) + " reads another layer's cache");
   if (view.k_center && first_position == 0) set_key_center(view, k, n_tokens);
   backend_.kv_store(view, k, v, n_tokens, first_position);
+  end_ = std::max(end_, first_position + n_tokens);
+}
+
+int64_t KvCache::oldest_held() const {
+  int64_t oldest = restored_from_;
+  for (size_t il = 0; il < layers_.size(); ++il)
+    if (layers_[il].owns_kv && layers_[il].sliding) oldest = std::max(oldest, end_ - views_[il].capacity);
+  return oldest;
+}
+
+void KvCache::check_truncate(int32_t n_past) const {
+  const bool any_sliding = std::any_of(layers_.begin(), layers_.end(),
+                                       [](const KvLayerShape& l) { return l.owns_kv && l.sliding; });
+  if (any_sliding && std::max<int64_t>(0, n_past - options_.sliding_window) < oldest_held())
+    throw Error("truncate: the sliding-window rings no longer hold the " + std::to_string(options_.sliding_window) +
+                " positions before " + std::to_string(n_past) + " (they keep " +
+                std::to_string(end_ - oldest_held() - options_.sliding_window) +
+                " beyond the window, back from the furthest position " + std::to_string(end_) +
+                "); start the sequence over instead");
+}
+
+void KvCache::reset() {
+  end_ = 0;
+  restored_from_ = 0;
 }
 
 void KvCache::set_key_center(const KvLayerView& view, const float* k, int64_t n_tokens) {
@@ -199,6 +224,101 @@ std::string KvCache::summary() const {
   line("global", global, bytes_per_token(false));
   line("shared", shared, 0);
   return out.str();
+}
+
+void KvCache::copy_positions(const KvLayerView& view, bool keys, int64_t first, int64_t end, uint8_t* host,
+                             bool to_host) const {
+  const size_t bb = block_bytes(keys ? view.k_codec : view.v_codec, view.head_dim);
+  auto* base = static_cast<uint8_t*>(keys ? view.k : view.v);
+  for (int32_t h = 0; h < view.n_kv_heads; ++h) {
+    // Slots p % capacity: at most two runs of consecutive slots when the positions wrap around a ring.
+    for (int64_t p = first; p < end;) {
+      const int64_t slot = p % view.capacity;
+      const int64_t run = std::min(end - p, view.capacity - slot);
+      uint8_t* device = base + (h * view.capacity + slot) * bb;
+      uint8_t* mine = host + (h * (end - first) + (p - first)) * bb;
+      if (to_host) backend_.read_bytes(device, mine, size_t(run) * bb);
+      else backend_.write_bytes(device, mine, size_t(run) * bb);
+      p += run;
+    }
+  }
+}
+
+void KvCache::save(std::ostream& out, int32_t n_past) const {
+  binary::write(out, uint32_t(layers_.size()));
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const KvLayerView& v = views_[il];
+    binary::write(out, uint8_t(layers_[il].owns_kv));
+    if (!layers_[il].owns_kv) continue;
+    binary::write_string(out, std::string(kv_codec_info(v.k_codec).name));
+    binary::write_string(out, std::string(kv_codec_info(v.v_codec).name));
+    binary::write(out, v.head_dim);
+    binary::write(out, v.n_kv_heads);
+    const int64_t first = std::max<int64_t>(0, n_past - v.capacity);
+    binary::write(out, first);
+    binary::write(out, uint8_t(v.k_center != nullptr));
+    if (v.k_center) {
+      std::vector<float> center(size_t(v.n_kv_heads) * v.head_dim);
+      backend_.read(v.k_center, center.data(), center.size());
+      binary::write_bytes(out, center.data(), center.size() * sizeof(float));
+    }
+    for (bool keys : {true, false}) {
+      std::vector<uint8_t> blocks(size_t(v.n_kv_heads) * size_t(n_past - first) *
+                                  block_bytes(keys ? v.k_codec : v.v_codec, v.head_dim));
+      copy_positions(v, keys, first, n_past, blocks.data(), true);
+      binary::write_bytes(out, blocks.data(), blocks.size());
+    }
+  }
+}
+
+void KvCache::restore(std::istream& in, int32_t n_past) {
+  reset();
+  const auto n_layers = binary::read<uint32_t>(in, "the layer count");
+  if (n_layers != layers_.size())
+    throw Error("saved for " + std::to_string(n_layers) + " layers, this model has " + std::to_string(layers_.size()));
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const KvLayerView& v = views_[il];
+    const std::string layer = "layer " + std::to_string(il);
+    if (binary::read<uint8_t>(in, "a layer's header") != uint8_t(layers_[il].owns_kv))
+      throw Error(layer + ": saved and current models differ in which layers share KV");
+    if (!layers_[il].owns_kv) continue;
+    const std::string k_name = binary::read_string(in, "a codec name");
+    const std::string v_name = binary::read_string(in, "a codec name");
+    if (k_name != kv_codec_info(v.k_codec).name || v_name != kv_codec_info(v.v_codec).name)
+      throw Error(layer + ": saved with KV codecs " + k_name + "/" + v_name + ", this cache uses " +
+                  std::string(kv_codec_info(v.k_codec).name) + "/" + std::string(kv_codec_info(v.v_codec).name));
+    const auto head_dim = binary::read<int32_t>(in, "a head dim");
+    const auto n_kv_heads = binary::read<int32_t>(in, "a KV head count");
+    if (head_dim != v.head_dim || n_kv_heads != v.n_kv_heads)
+      throw Error(layer + ": saved with " + std::to_string(n_kv_heads) + " KV heads of " + std::to_string(head_dim) +
+                  ", this model has " + std::to_string(v.n_kv_heads) + " of " + std::to_string(v.head_dim));
+    const auto first = binary::read<int64_t>(in, "a layer's first position");
+    if (first < 0 || first > n_past) throw Error(layer + ": first saved position " + std::to_string(first) +
+                                                 " is outside the " + std::to_string(n_past) + " saved tokens");
+    const bool centered = binary::read<uint8_t>(in, "a layer's key centering") != 0;
+    if (centered != (v.k_center != nullptr))
+      throw Error(layer + ": saved with key centering " + (centered ? "on" : "off") + ", this cache has it " +
+                  (v.k_center ? "on" : "off"));
+    if (centered) {
+      std::vector<float> center(size_t(v.n_kv_heads) * v.head_dim);
+      binary::read_bytes(in, center.data(), center.size() * sizeof(float), "a key center");
+      backend_.write(v.k_center, center.data(), center.size());
+    }
+    // A ring smaller than the saved one keeps the last positions of each head's saved run.
+    const int64_t kept = std::max<int64_t>(first, n_past - v.capacity);
+    for (bool keys : {true, false}) {
+      const size_t bb = block_bytes(keys ? v.k_codec : v.v_codec, v.head_dim);
+      std::vector<uint8_t> saved(size_t(v.n_kv_heads) * size_t(n_past - first) * bb);
+      binary::read_bytes(in, saved.data(), saved.size(), "KV blocks");
+      std::vector<uint8_t> blocks(size_t(v.n_kv_heads) * size_t(n_past - kept) * bb);
+      for (int32_t h = 0; h < v.n_kv_heads; ++h)
+        std::copy_n(saved.data() + (h * (n_past - first) + (kept - first)) * bb, size_t(n_past - kept) * bb,
+                    blocks.data() + h * (n_past - kept) * bb);
+      copy_positions(v, keys, kept, n_past, blocks.data(), false);
+    }
+    if (layers_[il].sliding) restored_from_ = std::max(restored_from_, kept);
+  }
+  end_ = n_past;
 }
 
 }  // namespace sparrow

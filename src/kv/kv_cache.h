@@ -5,6 +5,7 @@
 // describes each layer with a KvLayerShape.
 #include <cstddef>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 #include <vector>
 
@@ -72,14 +73,38 @@ class KvCache {
   // Lines for the user: per layer kind (sliding, global, shared) the codecs, bytes per token and in all.
   std::string summary() const;
 
+  // Checks that the sequence can go back to n_past tokens (the positions after them are then rewritten): throws
+  // sparrow::Error when a sliding-window ring no longer holds the window a token at n_past sees (a ring keeps
+  // n_batch positions beyond the window, counted back from the furthest position stored).
+  void check_truncate(int32_t n_past) const;
+  // A new sequence: every position forgotten.
+  void reset();
+
+  // What a sequence of n_past tokens left in the cache, as bytes: per layer that owns KV its codecs, shape, key
+  // center and the K and V blocks of the positions it still holds (a sliding ring's last slots).
+  void save(std::ostream& out, int32_t n_past) const;
+  // Puts what save() wrote back, into a cache of the same layers and codecs whose rings may differ in size (a
+  // position this cache's ring cannot hold is one no later token sees; truncate() then goes back no further
+  // than both rings allow). Throws sparrow::Error saying what differs
+  // or that the bytes end early; the cache's contents are then undefined (the caller starts the sequence over).
+  void restore(std::istream& in, int32_t n_past);
+
  private:
   void set_key_center(const KvLayerView& view, const float* k, int64_t n_tokens);
+  // The oldest position that every sliding-window ring still holds.
+  int64_t oldest_held() const;
+  // Copies the blocks of positions [first, end) of one layer's K or V between the cache and a host buffer laid
+  // out [head][position].
+  void copy_positions(const KvLayerView& view, bool keys, int64_t first, int64_t end, uint8_t* host,
+                      bool to_host) const;
 
   Backend& backend_;
   std::vector<KvLayerShape> layers_;
   KvCacheOptions options_;
   std::vector<KvLayerView> views_;  // indexed by layer; empty views for layers that do not own KV
   size_t bytes_ = 0;
+  int64_t end_ = 0;            // one past the furthest position stored since the last reset
+  int64_t restored_from_ = 0;  // the oldest position a restore() put into every ring (0: none restored)
 };
 
 }  // namespace sparrow

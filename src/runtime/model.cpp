@@ -1,5 +1,6 @@
 #include "runtime/model.h"
 
+#include <algorithm>
 #include <map>
 #include <sstream>
 
@@ -22,6 +23,20 @@ std::unique_ptr<Model> Model::load(const std::string& path, const ModelLoadOptio
     throw Error(path + ": tokenizer.ggml.tokens: " + std::to_string(model->tokenizer->n_vocab()) +
                 " tokens, but token_embd.weight has " + std::to_string(model->config.n_vocab) + " rows");
   return model;
+}
+
+uint64_t Model::fingerprint() const {
+  uint64_t hash = 0xcbf29ce484222325ull;  // FNV-1a
+  auto mix = [&](const void* data, size_t n) {
+    for (size_t i = 0; i < n; ++i) hash = (hash ^ static_cast<const uint8_t*>(data)[i]) * 0x100000001b3ull;
+  };
+  for (const gguf::TensorInfo& t : file->tensors()) {
+    mix(t.name.data(), t.name.size());
+    mix(&t.type, sizeof t.type);
+    mix(t.ne, sizeof t.ne);
+    mix(t.data, std::min<size_t>(t.nbytes, 256));
+  }
+  return hash;
 }
 
 std::string Model::describe() const {

@@ -32,6 +32,9 @@ struct Model {
   // Throws sparrow::Error naming the file and field, or why the device cannot be used.
   static std::unique_ptr<Model> load(const std::string& path, const ModelLoadOptions& options);
   std::string describe() const;
+  // A hash of the file's tensors (names, types, shapes and the first bytes of each one's data): two files that
+  // agree on it hold the same weights for every purpose a saved KV cache cares about.
+  uint64_t fingerprint() const;
 };
 
 }  // namespace sparrow

@@ -4,6 +4,7 @@
 #include <string>
 #include <utility>
 
+#include "runtime/sequence_state.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -45,7 +46,7 @@ void MultiSession::close(int32_t sequence) {
 }
 
 const MultiSession::Sequence& MultiSession::state(int32_t sequence) const {
-  if (sequence < 0 || size_t(sequence) >= sequences_.size() || !sequences_[size_t(sequence)].cache)
+  if (!is_open(sequence))
     throw Error("sequence " + std::to_string(sequence) + " is not open");
   return sequences_[size_t(sequence)];
 }
@@ -89,17 +90,15 @@ void MultiSession::decode(std::span<const Step> steps) {
   // The last token of every step, together: one pass, one row of logits each.
   std::vector<int32_t> tokens;
   std::vector<GemmaForward::SequenceRun> runs;
+  std::vector<Sequence*> of;
   for (const Step& step : steps) {
     Sequence& s = state(step.sequence);
     tokens.push_back(step.tokens.back());
     runs.push_back({s.cache.get(), s.n_past, 1, GemmaForward::Logits::Last});
+    of.push_back(&s);
   }
-  forward_->run(tokens.data(), runs, nullptr);
-  for (size_t i = 0; i < steps.size(); ++i) {
-    Sequence& s = state(steps[i].sequence);
-    s.n_past += 1;
-    s.logits_row = int32_t(i);
-  }
+  run_pass(tokens, runs, of);
+  for (size_t i = 0; i < of.size(); ++i) of[i]->logits_row = int32_t(i);
 }
 
 // Every step's tokens but its last, packed into passes of at most n_batch tokens; a step's tokens may continue
@@ -107,11 +106,13 @@ void MultiSession::decode(std::span<const Step> steps) {
 void MultiSession::prefill(std::span<const Step> steps) {
   std::vector<int32_t> tokens;
   std::vector<GemmaForward::SequenceRun> runs;
+  std::vector<Sequence*> of;
   auto flush = [&] {
     if (runs.empty()) return;
-    forward_->run(tokens.data(), runs, nullptr);
+    run_pass(tokens, runs, of);
     tokens.clear();
     runs.clear();
+    of.clear();
   };
   for (const Step& step : steps) {
     Sequence& s = state(step.sequence);
@@ -121,12 +122,51 @@ void MultiSession::prefill(std::span<const Step> steps) {
       const size_t n = std::min(room, rest.size());
       tokens.insert(tokens.end(), rest.begin(), rest.begin() + std::ptrdiff_t(n));
       runs.push_back({s.cache.get(), s.n_past, int32_t(n), GemmaForward::Logits::None});
-      s.n_past += int32_t(n);
+      of.push_back(&s);
       rest = rest.subspan(n);
       if (tokens.size() == size_t(n_batch_)) flush();
     }
   }
   flush();
+}
+
+void MultiSession::run_pass(const std::vector<int32_t>& tokens, const std::vector<GemmaForward::SequenceRun>& runs,
+                            const std::vector<Sequence*>& of) {
+  if (should_stop_ && should_stop_()) throw Cancelled();
+  forward_->run(tokens.data(), runs, nullptr);
+  for (size_t i = 0; i < runs.size(); ++i) of[i]->n_past += runs[i].n_tokens;
+}
+
+void MultiSession::truncate(int32_t sequence, int32_t n_past) {
+  Sequence& s = state(sequence);
+  if (n_past < 0 || n_past > s.n_past)
+    throw Error("truncate: " + std::to_string(n_past) + " is not between 0 and the " + std::to_string(s.n_past) +
+                " tokens of sequence " + std::to_string(sequence));
+  s.cache->check_truncate(n_past);
+  s.n_past = n_past;
+  s.logits_row = -1;
+  s.host_logits.clear();
+}
+
+void MultiSession::save_state(int32_t sequence, const std::string& path, std::span<const int32_t> tokens) const {
+  const Sequence& s = state(sequence);
+  save_sequence_state(path, model_, *s.cache, s.n_past, tokens);
+}
+
+void MultiSession::reset(int32_t sequence) {
+  Sequence& s = state(sequence);
+  s.n_past = 0;
+  s.logits_row = -1;
+  s.host_logits.clear();
+  s.cache->reset();
+}
+
+std::vector<int32_t> MultiSession::restore_state(int32_t sequence, const std::string& path) {
+  reset(sequence);
+  Sequence& s = state(sequence);
+  RestoredSequence r = restore_sequence_state(path, model_, *s.cache);
+  s.n_past = r.n_past;
+  return std::move(r.tokens);
 }
 
 const float* MultiSession::logits(int32_t sequence) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "runtime/sequence_state.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -55,13 +56,13 @@ void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {
   n_logit_rows_ = 0;
   if (all_logits) logits_.resize(size_t(n) * n_vocab);
   for (int32_t done = 0; done < n; done += n_batch_) {
+    if (should_stop_ && should_stop_()) throw Cancelled();
     const int32_t chunk = std::min(n_batch_, n - done);
     const bool last_chunk = done + chunk == n;
     // Chunks before the last only fill the KV cache unless every row's logits are wanted.
     if (all_logits) forward_->run(*cache_, tokens + done, chunk, n_past_, Logits::All, logits_.data() + done * n_vocab);
     else forward_->run(*cache_, tokens + done, chunk, n_past_, last_chunk ? Logits::Last : Logits::None, nullptr);
     n_past_ += chunk;
-    furthest_ = std::max(furthest_, n_past_);
   }
   n_logit_rows_ = all_logits ? n : 1;
   host_logits_valid_ = all_logits;
@@ -77,12 +78,21 @@ void Session::truncate(int32_t n_past) {
   if (n_past < 0 || n_past > n_past_)
     throw Error("truncate: " + std::to_string(n_past) + " is not between 0 and the " + std::to_string(n_past_) +
                 " tokens decoded");
-  if (furthest_ - n_past > n_batch_)
-    throw Error("truncate: going back " + std::to_string(furthest_ - n_past) + " tokens is more than the batch size " +
-                std::to_string(n_batch_) + " that the sliding-window rings keep; reset instead");
+  cache_->check_truncate(n_past);
   n_past_ = n_past;
   n_logit_rows_ = 0;
   host_logits_valid_ = false;
+}
+
+void Session::save_state(const std::string& path, std::span<const int32_t> tokens) const {
+  save_sequence_state(path, model_, *cache_, n_past_, tokens);
+}
+
+std::vector<int32_t> Session::restore_state(const std::string& path) {
+  reset();
+  RestoredSequence r = restore_sequence_state(path, model_, *cache_);
+  n_past_ = r.n_past;
+  return std::move(r.tokens);
 }
 
 const float* Session::logits(int32_t i) {

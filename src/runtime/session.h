@@ -3,6 +3,8 @@
 // last decode.
 #include <functional>
 #include <memory>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "kv/kv_cache.h"
@@ -46,8 +48,11 @@ class Session {
   Session(const Model& model, const SessionOptions& options);
 
   // Appends tokens (split into batches of n_batch) and keeps logits for the last or for all of them. The last
-  // row alone stays in backend memory until logits() or a host-side sampler asks for it.
+  // row alone stays in backend memory until logits() or a host-side sampler asks for it. Throws Cancelled when
+  // the abort check says so before a batch; the batches before it stay decoded.
   void decode(const int32_t* tokens, int32_t n, bool all_logits);
+  // Asked before every forward pass; true stops the decode. Empty: never.
+  void set_abort(std::function<bool()> should_stop) { should_stop_ = std::move(should_stop); }
   const float* logits(int32_t i);  // i = -1: last kept row; host memory
   // The next token from the last decode's last row, drawn with `sampler` on the session's backend (on a GPU
   // only the id is copied back).
@@ -57,13 +62,17 @@ class Session {
   int32_t n_ctx() const { return cache_->n_ctx(); }
   void reset() {
     n_past_ = 0;
-    furthest_ = 0;
     n_logit_rows_ = 0;
+    cache_->reset();
   }
   // Forgets tokens after the first n_past; throws if the sliding-window rings no longer hold what the next
-  // token would see (more than n_batch tokens back from the furthest position decoded).
+  // token would see (KvCache::check_truncate).
   void truncate(int32_t n_past);
   const KvCache& cache() const { return *cache_; }
+  // The sequence's state to a file and back (runtime/sequence_state.h); tokens: empty or the n_past ids. After a
+  // restore no logits are kept: decode the next token before sampling. A failed restore resets the session.
+  void save_state(const std::string& path, std::span<const int32_t> tokens) const;
+  std::vector<int32_t> restore_state(const std::string& path);
 
  private:
   const Model& model_;
@@ -72,10 +81,10 @@ class Session {
   std::unique_ptr<GemmaForward> forward_;
   int32_t n_batch_;
   int32_t n_past_ = 0;
-  int32_t furthest_ = 0;  // the highest n_past since the last reset
   int32_t n_logit_rows_ = 0;
   bool host_logits_valid_ = false;  // logits_ holds the kept rows (else only the backend has the last one)
   std::vector<float> logits_;
+  std::function<bool()> should_stop_;
 };
 
 }  // namespace sparrow

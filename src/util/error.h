@@ -11,4 +11,10 @@ class Error : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A decode its caller stopped (an abort check between forward passes said so): not a failure of the engine.
+class Cancelled : public Error {
+ public:
+  Cancelled() : Error("cancelled") {}
+};
+
 }  // namespace sparrow

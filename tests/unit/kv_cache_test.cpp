@@ -4,11 +4,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <sstream>
 
 #include "cli_test_util.h"
 #include "sparrow/sparrow.h"
 #include "api/kv_options.h"
 #include "kv/kv_cache.h"
+#include "random_weights.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -186,6 +189,137 @@ TEST_F(CacheFixture, KeyCenterIsTheMeanKeyWithoutPositionZero) {
   cache.store(0, k.data(), v.data(), n, 0);
   cache.store(0, k.data(), v.data(), 2, n);
   EXPECT_FLOAT_EQ(center[0], 5.0f);
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Saving and restoring a sequence's cache, and how far back it can be truncated.
+
+struct SaveRestore : CacheFixture {
+  static constexpr int32_t kTokens = 304;
+  // 304 tokens of random keys and values stored in 16-token batches, so that the sliding rings (128 + 16 slots)
+  // have wrapped twice.
+  static KvCacheOptions sequence_options(KvCodec k, KvCodec v, int32_t n_batch) {
+    KvCacheOptions o = options();
+    o.n_ctx = 400;
+    o.n_batch = n_batch;
+    o.k_codec = k;
+    o.v_codec = v;
+    return o;
+  }
+  void fill(KvCache& cache) const {
+    for (int32_t first = 0; first < kTokens; first += 16)
+      for (int32_t il = 0; il < 4; ++il) {
+        const int64_t width = int64_t(layers[il].n_kv_heads) * layers[il].head_dim;
+        const auto k = testing::random_activations(16 * width, uint32_t(first * 10 + il));
+        const auto v = testing::random_activations(16 * width, uint32_t(first * 10 + il + 5));
+        cache.store(il, k.data(), v.data(), 16, first);
+      }
+  }
+  static std::string saved(const KvCache& cache, int32_t n_past) {
+    std::ostringstream out;
+    cache.save(out, n_past);
+    return out.str();
+  }
+  static void restore(KvCache& cache, const std::string& bytes, int32_t n_past) {
+    std::istringstream in(bytes);
+    cache.restore(in, n_past);
+  }
+  // The encoded block of position p in layer il's K or V ring, head h.
+  static const uint8_t* block(const KvCache& cache, int32_t il, bool keys, int32_t h, int64_t p) {
+    const KvLayerView& v = cache.layer(il);
+    const size_t bb = formats::kv_codec_info(keys ? v.k_codec : v.v_codec).block_bytes(v.head_dim);
+    return static_cast<const uint8_t*>(keys ? v.k : v.v) + (h * v.capacity + p % v.capacity) * bb;
+  }
+};
+
+// Every codec: a cache restored from the bytes saved holds the same blocks for every position a ring of its
+// size keeps, larger or smaller than the saved one, and the same key centers.
+TEST_F(SaveRestore, EveryCodecRestoresTheBlocksOfTheLastPositions) {
+  for (const formats::KvCodecInfo& codec : formats::kv_codecs()) {
+    SCOPED_TRACE(std::string(codec.name));
+    const KvCodec v_codec = codec.keys_only ? KvCodec::F16 : codec.codec;
+    KvCache original(*backend, layers, sequence_options(codec.codec, v_codec, 16));
+    fill(original);
+    const std::string bytes = saved(original, kTokens);
+    for (int32_t n_batch : {16, 64, 8}) {
+      SCOPED_TRACE("n_batch " + std::to_string(n_batch));
+      KvCache copy(*backend, layers, sequence_options(codec.codec, v_codec, n_batch));
+      restore(copy, bytes, kTokens);
+      for (int32_t il = 0; il < 4; ++il) {
+        const KvLayerView& a = original.layer(il);
+        const KvLayerView& b = copy.layer(il);
+        const int64_t first = kTokens - std::min(a.capacity, b.capacity);
+        for (bool keys : {true, false}) {
+          const size_t bb = formats::kv_codec_info(keys ? a.k_codec : a.v_codec).block_bytes(a.head_dim);
+          for (int32_t h = 0; h < a.n_kv_heads; ++h)
+            for (int64_t p = std::max<int64_t>(first, 0); p < kTokens; ++p)
+              ASSERT_EQ(std::memcmp(block(original, il, keys, h, p), block(copy, il, keys, h, p), bb), 0)
+                  << "layer " << il << (keys ? " K" : " V") << " head " << h << " position " << p;
+        }
+        ASSERT_EQ(a.k_center != nullptr, b.k_center != nullptr);
+        if (a.k_center)
+          EXPECT_EQ(std::memcmp(a.k_center, b.k_center, sizeof(float) * a.n_kv_heads * a.head_dim), 0);
+      }
+      if (n_batch == 16) EXPECT_EQ(saved(copy, kTokens), bytes) << "same settings: the same bytes again";
+    }
+  }
+}
+
+// A ring keeps n_batch positions beyond the window: truncating further back is refused. After a restore, the
+// smaller of the saved and the current rings decides.
+TEST_F(SaveRestore, TruncationGoesBackNoFurtherThanTheRingsHold) {
+  KvCache original(*backend, layers, sequence_options(KvCodec::F16, KvCodec::F16, 16));
+  fill(original);
+  EXPECT_NO_THROW(original.check_truncate(kTokens - 16));
+  EXPECT_THROW(original.check_truncate(kTokens - 17), Error);
+  const std::string bytes = saved(original, kTokens);
+
+  KvCache larger(*backend, layers, sequence_options(KvCodec::F16, KvCodec::F16, 64));
+  restore(larger, bytes, kTokens);
+  EXPECT_NO_THROW(larger.check_truncate(kTokens - 16));
+  EXPECT_THROW(larger.check_truncate(kTokens - 17), Error) << "the saved ring held only 16 beyond the window";
+
+  KvCache smaller(*backend, layers, sequence_options(KvCodec::F16, KvCodec::F16, 8));
+  restore(smaller, bytes, kTokens);
+  EXPECT_NO_THROW(smaller.check_truncate(kTokens - 8));
+  EXPECT_THROW(smaller.check_truncate(kTokens - 9), Error);
+  smaller.reset();
+  EXPECT_NO_THROW(smaller.check_truncate(0));
+
+  // Without sliding layers any position can be returned to.
+  layers = {{.sliding = false, .head_dim = 64, .n_kv_heads = 1, .owns_kv = true, .kv_source = 0}};
+  KvCache global(*backend, layers, sequence_options(KvCodec::F16, KvCodec::F16, 16));
+  const std::vector<float> kv(64 * 100, 0.5f);
+  global.store(0, kv.data(), kv.data(), 100, 0);
+  EXPECT_NO_THROW(global.check_truncate(0));
+}
+
+// What does not match is named; bytes that end early are an error, not a partial restore reported as done.
+TEST_F(SaveRestore, MismatchesAndShortInputAreClearErrors) {
+  KvCache original(*backend, layers, sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16));
+  fill(original);
+  const std::string bytes = saved(original, kTokens);
+  auto expect_error = [&](KvCache& cache, const std::string& input, const std::string& needle) {
+    try {
+      restore(cache, input, kTokens);
+      ADD_FAILURE() << "expected an error naming " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what() << " should name " << needle;
+    }
+  };
+  KvCache other_codecs(*backend, layers, sequence_options(KvCodec::TBQ3, KvCodec::Q8_0, 16));
+  expect_error(other_codecs, bytes, "saved with KV codecs tbq4/q8_0, this cache uses tbq3/q8_0");
+  KvCacheOptions uncentered = sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16);
+  uncentered.center_keys = KeyCentering::Off;
+  KvCache no_centers(*backend, layers, uncentered);
+  expect_error(no_centers, bytes, "key centering on, this cache has it off");
+  KvCache same(*backend, layers, sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16));
+  // The last two bytes are the KV-shared layers' flags; three bytes short ends in layer 3's V blocks.
+  expect_error(same, bytes.substr(0, bytes.size() - 3), "file ends inside KV blocks");
+  expect_error(same, bytes.substr(0, 3), "file ends inside the layer count");
+  std::vector<KvLayerShape> fewer(layers.begin(), layers.begin() + 4);
+  KvCache shorter(*backend, fewer, sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16));
+  expect_error(shorter, bytes, "saved for 6 layers, this model has 4");
 }
 
 TEST_F(CacheFixture, SlidingRingNeverExceedsTheContext) {
