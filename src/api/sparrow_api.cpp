@@ -110,7 +110,7 @@ sparrow::SessionOptions session_options(const sparrow_context_params& params) {
 extern "C" {
 
 const char* sparrow_last_error(void) { return last_error.c_str(); }
-const char* sparrow_version(void) { return "0.1.0"; }
+const char* sparrow_version(void) { return SPARROW_VERSION_STRING; }
 
 sparrow_model_params sparrow_model_default_params(void) {
   sparrow_model_params p{};
