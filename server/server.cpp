@@ -5,6 +5,7 @@
 #include <ctime>
 #include <sstream>
 
+#include "chat_page.h"
 #include "openai.h"
 
 namespace sparrow::server {
@@ -137,7 +138,9 @@ void Server::routes() {
   s.new_task_queue = [workers] { return new httplib::ThreadPool(workers); };
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (options_.api_key.empty() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
+    // The chat page holds no secret (the API calls it makes carry the key), so it loads without one, like /health.
+    if (options_.api_key.empty() || req.path == "/health" || req.path == "/")
+      return httplib::Server::HandlerResponse::Unhandled;
     if (req.get_header_value("Authorization") == "Bearer " + options_.api_key)
       return httplib::Server::HandlerResponse::Unhandled;
     reply_error(res, HttpError(401, "a valid API key is needed (Authorization: Bearer KEY)", "authentication_error"));
@@ -160,6 +163,9 @@ void Server::routes() {
     }
   });
 
+  s.Get("/", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(kChatPage.data(), kChatPage.size(), "text/html; charset=utf-8");
+  });
   s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
   });

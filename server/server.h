@@ -20,7 +20,7 @@ namespace sparrow::server {
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;           // 0: any free port (tests)
-  std::string api_key;       // "": no key; else every route but /health needs "Authorization: Bearer KEY"
+  std::string api_key;       // "": no key; else every route but / and /health needs "Authorization: Bearer KEY"
   std::string model_name;    // the id /v1/models lists and requests may name
   size_t max_body_bytes = 4 << 20;
   SchedulerOptions scheduler;

@@ -52,7 +52,7 @@ void add_serve_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--port", o->server.port, "port (default 8080; 0: any free port)");
   cmd->add_option("--parallel", o->server.scheduler.parallel, "sequences decoded together (default 4)");
   cmd->add_option("--queue", o->server.scheduler.queue_limit, "requests that may wait for a slot (default 64)");
-  cmd->add_option("--api-key", o->server.api_key, "require Authorization: Bearer KEY on every route but /health");
+  cmd->add_option("--api-key", o->server.api_key, "require Authorization: Bearer KEY on every route but / (the chat page) and /health");
   cmd->add_option("--alias", o->server.model_name, "the model's id in /v1/models (default: the file's name)");
   cmd->callback([o, &exit_code] { exit_code = serve(*o); });
 }

@@ -5,13 +5,15 @@ the official `openai` package; a streamed reply through curl; SIGTERM stops it c
 
 Usage: openai_client_test.py SPARROW_BINARY MODEL.gguf   (ctest passes both)
 """
-import re
-import signal
+import os
 import subprocess
 import sys
 import unittest
 
 import openai
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_process import ServerProcess  # noqa: E402
 
 KEY = "test-key"
 
@@ -20,22 +22,14 @@ class Serve(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         binary, model = sys.argv[1], sys.argv[2]
-        cls.proc = subprocess.Popen([binary, "serve", "-m", model, "--port", "0", "--parallel", "2", "-c", "256",
-                                     "--api-key", KEY, "--alias", "tiny"],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for line in cls.proc.stderr:
-            found = re.search(r"on http://127\.0\.0\.1:(\d+)", line)
-            if found:
-                cls.port = int(found.group(1))
-                break
-        else:
-            raise RuntimeError("the server did not say where it listens")
+        cls.server = ServerProcess([binary, "serve", "-m", model, "--port", "0", "--parallel", "2", "-c", "256",
+                                    "--api-key", KEY, "--alias", "tiny"])
+        cls.port = cls.server.port
         cls.client = openai.OpenAI(base_url=f"http://127.0.0.1:{cls.port}/v1", api_key=KEY, max_retries=0)
 
     @classmethod
     def tearDownClass(cls):
-        cls.proc.send_signal(signal.SIGTERM)
-        cls.assert_exit = cls.proc.wait(timeout=30)
+        cls.assert_exit = cls.server.stop()
 
     def test_chat_whole(self):
         r = self.client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "Hi"}],
