@@ -1,6 +1,7 @@
 #include "server.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <ctime>
 #include <sstream>
@@ -116,10 +117,19 @@ Server::Server(sparrow_model* model, const sparrow_context_params& params, const
 Server::~Server() { stop(); }
 
 int Server::start() {
+  // cpp-httplib listens with a backlog of 5, fixed when the library was compiled: a burst of clients arriving
+  // while decoding keeps every core busy (32 streams opening at once) overflowed it, and some saw their
+  // connections reset. Listening again on the bound socket raises the backlog (Linux updates it in place).
+  int listening = -1;
+  http_->set_socket_options([&listening](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listening = sock;
+  });
   const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
                                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
   if (port < 0)
     throw std::runtime_error("cannot listen on " + options_.host + ":" + std::to_string(options_.port));
+  if (listening >= 0) ::listen(listening, SOMAXCONN);
   thread_ = std::thread([this] { http_->listen_after_bind(); });
   return port;
 }
