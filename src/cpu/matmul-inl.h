@@ -7,6 +7,8 @@
 //    unpacked once for all tokens of the tile, an activation vector loaded once for all rows;
 //  - prompts: a GEMM with tokens in the vector lanes (see "Prompt processing" below), each row unpacked once
 //    per task and used for every token.
+// On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernel of the 32-element block types multiplies
+// bytes instead: two blocks per vector, 64 multiply-adds per vpdpbusd (see "Legacy blocks with VNNI").
 // What is per block rather than per element is done apart from the inner loops: block scales (f16 -> float
 // times the activation scale), and constant offsets (-8 of Q4_0, -16 of Q5_0, the mins of Q4_1, Q5_1, Q4_K,
 // Q5_K), which, as sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, become a float dot product with the
@@ -36,6 +38,10 @@
 #include "formats/weight_formats.h"
 
 HWY_BEFORE_NAMESPACE();
+#if HWY_TARGET == HWY_AVX3_DL
+// Highway's AVX3_DL target enables AVX-VNNI (256-bit) but not AVX512-VNNI, which its CPU check requires.
+#pragma GCC target("avx512vnni")
+#endif
 namespace sparrow::cpu::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 namespace fmt = sparrow::formats;
@@ -136,6 +142,7 @@ constexpr int kChunkSub32 = kChunkSuper * 8;
 // One token's activations as seen by a kernel.
 struct TokenQ {
   const int16_t* q;
+  const int8_t* q8;            // the same values as bytes
   const float* scale;          // per activation group
   const float* scaled_sum32;   // per 32 elements
 };
@@ -232,6 +239,19 @@ HWY_INLINE hn::Vec<DF8> BlockHalvesToFloat(const Block* blocks, int n_left, Fiel
   const DF8 df;
   const hn::Rebind<uint16_t, decltype(df)> du16;
   auto bits = hn::Zero(du16);
+  if constexpr (hn::MaxLanes(du16) == 8) {
+    if (n_left >= 8) {
+      // Four halves per 64-bit word, put together in general registers by independent loads and shifts: inserting
+      // lane by lane is one chain of eight dependent inserts, which cost as much as a short row's dot products.
+      const auto word = [&](int i) HWY_ATTR {
+        return uint64_t(field(blocks[i])) | uint64_t(field(blocks[i + 1])) << 16 |
+               uint64_t(field(blocks[i + 2])) << 32 | uint64_t(field(blocks[i + 3])) << 48;
+      };
+      const hn::Repartition<uint64_t, decltype(du16)> du64;
+      bits = hn::BitCast(du16, hn::InsertLane(hn::Set(du64, word(0)), 1, word(4)));
+      return hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, decltype(df)>(), bits));
+    }
+  }
   // Literal lane indices, so that InsertLane becomes one insert instruction.
 #define SPARROW_INSERT_HALF(i) \
   if (i < hn::MaxLanes(du16) && i < n_left) bits = hn::InsertLane(bits, i, field(blocks[i]));
@@ -275,8 +295,89 @@ HWY_INLINE void PrepareLegacyChunk(const typename Legacy<kType>::Block* blocks, 
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// ---------------------------------------------------------------------------------------------------------
+// Legacy blocks with VNNI. A vector holds blocks b and b + 1 as 64 unsigned bytes (block b's elements in bytes
+// 0-31), multiplied with the token's int8 activations by vpdpbusd: int32 lanes 0-7 sum block b's products,
+// lanes 8-15 block b + 1's. Q8_0's quants are signed: their magnitudes are the bytes (|-128| = 128 fits), their
+// signs are moved onto the activations. Each block's float scale d_w * d_x (dd) then multiplies its eight lanes.
+
+// Blocks b[0] and b[1] as unsigned bytes; `negative` marks Q8_0's negative quants (zero for the other types,
+// whose quants are unsigned with the offset or min applied separately).
+template <TensorType kType>
+HWY_INLINE __m512i UnpackBlockPairU8(const typename Legacy<kType>::Block* b0, const typename Legacy<kType>::Block* b1,
+                                     __mmask64& negative) {
+  if constexpr (kType == TensorType::Q8_0) {
+    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0->qs))),
+                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1->qs)), 1);
+    negative = _mm512_movepi8_mask(v);
+    return _mm512_abs_epi8(v);
+  } else {
+    // Element j in the low nibble of qs[j], element j + 16 in the high one: the 16 bytes of each block go to two
+    // 128-bit lanes, the second of which is shifted down by a nibble.
+    const __m128i q0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b0->qs));
+    const __m128i q1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b1->qs));
+    __m512i v = _mm512_inserti32x4(_mm512_castsi128_si512(q0), q0, 1);
+    v = _mm512_inserti32x4(_mm512_inserti32x4(v, q1, 2), q1, 3);
+    v = _mm512_and_si512(_mm512_mask_blend_epi64(0xCC, v, _mm512_srli_epi16(v, 4)), _mm512_set1_epi8(0x0F));
+    if constexpr (kType == TensorType::Q5_0 || kType == TensorType::Q5_1) {
+      uint32_t h0, h1;  // bit j: element j's fifth bit
+      std::memcpy(&h0, b0->qh, 4);
+      std::memcpy(&h1, b1->qh, 4);
+      v = _mm512_mask_add_epi8(v, __mmask64(h0) | (__mmask64(h1) << 32), v, _mm512_set1_epi8(16));
+    }
+    negative = 0;
+    return v;
+  }
+}
+
+template <TensorType kType, int R, int T>
+HWY_INLINE void DotRowsLegacyVnni(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
+  using L = Legacy<kType>;
+  using Block = typename L::Block;
+  const Block* blocks[R];
+  for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
+  const int64_t nb = n_in / 32;
+  // dd[b], dd[b + 1] -> lanes 0-7 and 8-15.
+  const __m512i pair_index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
+  __m512 acc[R * T];
+  for (int p = 0; p < R * T; ++p) acc[p] = _mm512_setzero_ps();
+  float offset[R * T] = {};
+  HWY_ALIGN float dd[R][T][kChunkBlocks32];
+  for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
+    const int n = int(std::min<int64_t>(kChunkBlocks32, nb - c0));
+    for (int r = 0; r < R; ++r) PrepareLegacyChunk<kType, T>(blocks[r], n, x, c0, dd[r], offset + r * T);
+    for (int b = 0; b < n; b += 2) {
+      // An odd last block pairs with itself against zero activations in the upper half.
+      const bool single = b + 1 == n;
+      const __mmask64 x_lanes = single ? __mmask64(0xFFFFFFFF) : ~__mmask64(0);
+      __m512i w[R];
+      __mmask64 negative[R];
+      for (int r = 0; r < R; ++r) {
+        const Block* b0 = &blocks[r][c0 + b];
+        w[r] = UnpackBlockPairU8<kType>(b0, single ? b0 : b0 + 1, negative[r]);
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m512i xv = _mm512_maskz_loadu_epi8(x_lanes, x[t].q8 + (c0 + b) * 32);
+        for (int r = 0; r < R; ++r) {
+          const __m512i xs = kType == TensorType::Q8_0 ? _mm512_mask_sub_epi8(xv, negative[r], _mm512_setzero_si512(), xv) : xv;
+          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xs);
+          const __m512 scale = _mm512_permutexvar_ps(
+              pair_index, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&dd[r][t][b])))));
+          acc[r * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r * T + t]);
+        }
+      }
+    }
+  }
+  for (int p = 0; p < R * T; ++p) out[p] = _mm512_reduce_add_ps(acc[p]) + offset[p];
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
 template <TensorType kType, int R, int T>
 HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
+#if HWY_TARGET == HWY_AVX3_DL
+  DotRowsLegacyVnni<kType, R, T>(rows, n_in, x, out);
+#else
   using L = Legacy<kType>;
   using Block = typename L::Block;
   const Block* blocks[R];
@@ -310,6 +411,7 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
     for (int p = 0; p < R * T; ++p) total[p] = hn::Add(total[p], acc[p]);
   }
   StoreSums<R * T>(total, offset, out);
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -583,7 +685,7 @@ HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* ou
     const int64_t n_groups = job.n_in / job.xq.group;
     TokenQ x[T];
     for (int t = 0; t < T; ++t) {
-      x[t] = {job.xq.q + (t0 + t) * job.n_in, job.xq.scale + (t0 + t) * n_groups,
+      x[t] = {job.xq.q + (t0 + t) * job.n_in, job.xq.q8 + (t0 + t) * job.n_in, job.xq.scale + (t0 + t) * n_groups,
               job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32)};
     }
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
@@ -614,10 +716,26 @@ HWY_NOINLINE void RowsForTokenTile(const MatmulJob& job, int64_t row_begin, int6
   }
 }
 
+// Tokens per tile: the VNNI kernel's accumulators leave room for 8 (2 rows x 8 tokens in 16 of 32 registers).
+template <TensorType kType>
+constexpr int TileTokens() {
+#if HWY_TARGET == HWY_AVX3_DL
+  constexpr bool kLegacy = kType == TensorType::Q8_0 || kType == TensorType::Q4_0 || kType == TensorType::Q4_1 ||
+                           kType == TensorType::Q5_0 || kType == TensorType::Q5_1;
+  return kLegacy ? 8 : kTile;
+#else
+  return kTile;
+#endif
+}
+
 template <TensorType kType>
 void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                      int64_t token_end) {
   int64_t t0 = token_begin;
+  constexpr int kTypeTile = TileTokens<kType>();
+  if constexpr (kTypeTile > kTile) {
+    for (; t0 + kTypeTile <= token_end; t0 += kTypeTile) RowsForTokenTile<kType, kTypeTile>(job, row_begin, row_end, t0);
+  }
   for (; t0 + kTile <= token_end; t0 += kTile) RowsForTokenTile<kType, kTile>(job, row_begin, row_end, t0);
   if (t0 + 2 <= token_end) {
     RowsForTokenTile<kType, 2>(job, row_begin, row_end, t0);
@@ -870,16 +988,18 @@ void GemmRows(const MatmulJob& job, const PackedTokens& x, int64_t row_begin, in
 // `group` elements a scale and 8-bit values; per 32 elements the offset term of activation_sum32.
 
 void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::ActivationFormat format, int16_t* q,
-                    float* scale, float* scaled_sum32) {
+                    int8_t* q8, float* scale, float* scaled_sum32) {
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
+  const hn::Rebind<int8_t, decltype(df)> d8;
   const int64_t N = int64_t(hn::Lanes(df));
   const int group = fmt::activation_group(format);
   const int64_t n_groups = n_in / group;
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = x + t * n_in;
     int16_t* qt = q + t * n_in;
+    int8_t* q8t = q8 + t * n_in;
     for (int64_t g = 0; g < n_groups; ++g) {
       const float* xg = xt + g * group;
       auto vmax = hn::Zero(df);
@@ -893,6 +1013,7 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
           const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xg + i), inv));
           vsum = hn::Add(vsum, qi);
           hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);
         }
         scaled_sum32[t * (n_in / 32) + (g * group + k) / 32] =
             fmt::activation_sum32(format, s, int(hn::GetLane(hn::SumOfLanes(di, vsum))));

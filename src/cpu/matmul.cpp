@@ -1,5 +1,7 @@
 // Matmul entry points: validate, quantize the activations once, then split the output rows (and, for a long
 // prompt, the tokens) over the thread pool. The SIMD kernels live in matmul-inl.h, compiled per target.
+// AVX3_DL (Ice Lake and later: AVX-512 with VNNI) as a target of its own, for the int8 dot-product kernels.
+#define HWY_WANT_AVX3_DL
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/matmul.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -45,6 +47,7 @@ constexpr size_t kActivationPadding = 16;
 // Per-calling-thread scratch for quantized activations, grown as needed and reused across calls.
 struct ActivationScratch {
   hwy::AlignedFreeUniquePtr<int16_t[]> q;
+  hwy::AlignedFreeUniquePtr<int8_t[]> q8;
   std::vector<float> scale, scaled_sum32;
   size_t q_capacity = 0;
 
@@ -55,6 +58,7 @@ struct ActivationScratch {
     const size_t n = size_t(n_in * n_tokens);
     if (n > q_capacity) {
       q = hwy::AllocateAligned<int16_t>(n);
+      q8 = hwy::AllocateAligned<int8_t>(n);
       q_capacity = n;
     }
     // Kernels read per-block activation data 8 blocks at a time, up to 7 entries past a row's end: pad with
@@ -67,10 +71,10 @@ struct ActivationScratch {
     const int64_t chunk = std::max<int64_t>(1, 16384 / n_in);  // tokens per task: ~64 KiB of floats
     pool.parallel_for((n_tokens + chunk - 1) / chunk, [&](int64_t task, int) {
       const int64_t t0 = task * chunk, n = std::min(chunk, n_tokens - t0);
-      quantize_tokens(x + t0 * n_in, n_in, n, format, q.get() + t0 * n_in, scale.data() + t0 * groups,
-                      scaled_sum32.data() + t0 * sums);
+      quantize_tokens(x + t0 * n_in, n_in, n, format, q.get() + t0 * n_in, q8.get() + t0 * n_in,
+                      scale.data() + t0 * groups, scaled_sum32.data() + t0 * sums);
     });
-    return QuantizedTokens{group, q.get(), scale.data(), scaled_sum32.data()};
+    return QuantizedTokens{group, q.get(), q8.get(), scale.data(), scaled_sum32.data()};
   }
 
   std::vector<float> rounded;
