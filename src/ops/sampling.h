@@ -20,6 +20,9 @@ struct TokenCandidate {
   float logit;
 };
 
+// The lowest id of the largest logit (what greedy sampling picks).
+int32_t argmax_token(const float* logits, int32_t n_vocab);
+
 // The token chosen for draw u; `candidates` is scratch, reused across calls to spare an allocation per token.
 // Throws sparrow::Error for an empty vocabulary or u outside [0, 1).
 int32_t choose_token(const float* logits, int32_t n_vocab, const SamplingParams& params, float u,

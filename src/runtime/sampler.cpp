@@ -13,9 +13,7 @@ Sampler::Sampler(const SamplerOptions& options) : options_(options), rng_(option
     throw Error("sampler: temperature, top-p and min-p must be numbers");
 }
 
-int32_t Sampler::argmax(const float* logits, int32_t n_vocab) {
-  return int32_t(std::max_element(logits, logits + n_vocab) - logits);
-}
+int32_t Sampler::argmax(const float* logits, int32_t n_vocab) { return argmax_token(logits, n_vocab); }
 
 float Sampler::next_uniform() { return float(rng_() >> 40) * 0x1.0p-24f; }
 

@@ -1,8 +1,10 @@
 // Sampling and chat formatting.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "runtime/chat_format.h"
@@ -16,6 +18,68 @@ TEST(Sampler, GreedyPicksTheLargestLogit) {
   Sampler s({0.0f, 40, 0.95f, 0.05f, 1});
   std::vector<float> logits = {0.1f, 2.5f, -1.0f, 2.4f};
   EXPECT_EQ(s.sample(logits.data(), 4), 1);
+}
+
+// The vocabulary-sized case against a plain reference: every candidate sorted (logit descending, id ascending),
+// then top-k, top-p, min-p, temperature and the inverse-CDF draw as ops/sampling.h states them. Logit spreads
+// from a handful of tokens near the top to thousands, so that choose_token's shortcuts (the top-k window, the
+// argmax scan) and their fallbacks all run; ties and the largest logit at the last index included.
+std::vector<int32_t> descending_ids(const std::vector<float>& logits) {
+  std::vector<int32_t> order(logits.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  return order;
+}
+
+int32_t reference_choice(const std::vector<float>& logits, const std::vector<int32_t>& order, const SamplingParams& p,
+                         float u) {
+  if (p.temperature <= 0) return order[0];
+  size_t keep = p.top_k > 0 ? std::min(order.size(), size_t(p.top_k)) : order.size();
+  const double top = logits[order[0]];
+  double sum = 0;
+  for (size_t i = 0; i < keep; ++i) sum += std::exp(double(logits[order[i]]) - top);
+  if (p.top_p < 1.0f) {
+    double cumulative = 0;
+    for (size_t i = 0; i < keep; ++i) {
+      cumulative += std::exp(double(logits[order[i]]) - top);
+      if (cumulative >= double(p.top_p) * sum) { keep = i + 1; break; }
+    }
+  }
+  if (p.min_p > 0) {
+    size_t i = 1;
+    while (i < keep && std::exp(double(logits[order[i]]) - top) >= double(p.min_p)) ++i;
+    keep = i;
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; ++i) total += std::exp((double(logits[order[i]]) - top) / p.temperature);
+  double cumulative = 0;
+  for (size_t i = 0; i < keep; ++i) {
+    cumulative += std::exp((double(logits[order[i]]) - top) / p.temperature);
+    if (cumulative > double(u) * total) return order[i];
+  }
+  return order[keep - 1];
+}
+
+TEST(Sampler, VocabularySizedDrawsMatchAPlainReference) {
+  std::mt19937 rng(11);
+  std::vector<TokenCandidate> scratch;
+  for (float spread : {0.5f, 4.0f, 40.0f, 400.0f}) {
+    std::vector<float> logits(262144);
+    std::normal_distribution<float> gauss(0.0f, spread);
+    for (float& l : logits) l = gauss(rng);
+    logits[1000] = logits[2000] = 8.0f * spread;  // a tie at the top: the lower id wins
+    const std::vector<int32_t> order = descending_ids(logits);
+    for (const SamplingParams& p : {SamplingParams{0.0f, 40, 0.95f, 0.05f}, SamplingParams{0.8f, 40, 0.95f, 0.05f},
+                                    SamplingParams{1.0f, 5, 1.0f, 0.0f}, SamplingParams{1.2f, 200, 0.9f, 0.0f},
+                                    SamplingParams{0.7f, 0, 0.5f, 0.1f}}) {
+      for (float u : {0.0f, 0.3f, 0.75f, 0.999f}) {
+        EXPECT_EQ(choose_token(logits.data(), int32_t(logits.size()), p, u, scratch), reference_choice(logits, order, p, u))
+            << "spread " << spread << " temperature " << p.temperature << " top-k " << p.top_k << " u " << u;
+      }
+    }
+    logits.back() = 10.0f * spread;  // above any of the 262144 Gaussian draws
+    EXPECT_EQ(argmax_token(logits.data(), int32_t(logits.size())), int32_t(logits.size()) - 1);
+  }
 }
 
 TEST(Sampler, TopKOneIsGreedy) {
