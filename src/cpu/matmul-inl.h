@@ -7,8 +7,9 @@
 //    unpacked once for all tokens of the tile, an activation vector loaded once for all rows;
 //  - prompts: a GEMM with tokens in the vector lanes (see "Prompt processing" below), each row unpacked once
 //    per task and used for every token.
-// On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernel of the 32-element block types multiplies
-// bytes instead: two blocks per vector, 64 multiply-adds per vpdpbusd (see "Legacy blocks with VNNI").
+// On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
+// Q4_K/Q5_K multiply bytes instead: 64 quants per vector, 64 multiply-adds per vpdpbusd (see "Legacy blocks with
+// VNNI" and DotRowsQ45KVnni).
 // What is per block rather than per element is done apart from the inner loops: block scales (f16 -> float
 // times the activation scale), and constant offsets (-8 of Q4_0, -16 of Q5_0, the mins of Q4_1, Q5_1, Q4_K,
 // Q5_K), which, as sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, become a float dot product with the
@@ -517,6 +518,63 @@ HWY_INLINE void DotChunkQ45K(const uint8_t* const* qs, const uint8_t* const* qh,
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// Q4_K/Q5_K with VNNI: chunk c's 64 quants (sub-blocks 2c and 2c + 1) as unsigned bytes in one vector times the
+// token's 64 int8 activations by vpdpbusd; int32 lanes 0-7 sum sub-block 2c, lanes 8-15 sub-block 2c + 1, which
+// their 6-bit scales times d_w * d_x then weigh in float. The mins stay in PrepareQ45KChunk's offset term.
+template <TensorType kType, int R, int T>
+HWY_INLINE void DotRowsQ45KVnni(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
+  constexpr bool kFive = kType == TensorType::Q5_K;
+  using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
+  const Block* blocks[R];
+  for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
+  const int64_t nb = n_in / fmt::QK_K;
+  __m512 acc[R * T];
+  for (int p = 0; p < R * T; ++p) acc[p] = _mm512_setzero_ps();
+  float offset[R * T] = {};
+  HWY_ALIGN float dd[R][T][kChunkSuper];
+  int16_t scales[R][kChunkSub32];
+  for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
+    const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
+    for (int r = 0; r < R; ++r) PrepareQ45KChunk<Block, T>(blocks[r], n, x, c0, scales[r], dd[r], offset + r * T);
+    for (int b = 0; b < n; ++b) {
+      HWY_UNROLL(1)
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        __m512i w[R];
+        __m512 sub_scale[R];
+        for (int r = 0; r < R; ++r) {
+          const Block& blk = blocks[r][c0 + b];
+          // Low nibbles are elements 0-31 of the chunk, high nibbles 32-63: the bytes twice, the upper copy shifted.
+          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * chunk));
+          __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+          v = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, v, _mm512_srli_epi16(v, 4)), _mm512_set1_epi8(0x0F));
+          if constexpr (kFive) {
+            // Element k's fifth bit is bit 2c of qh[k] for the low nibbles, bit 2c + 1 for the high ones.
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
+            const __m512i select = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << (2 * chunk))),
+                                                      _mm256_set1_epi8(char(1 << (2 * chunk + 1))), 1);
+            const __mmask64 fifth = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1), select);
+            v = _mm512_mask_add_epi8(v, fifth, v, _mm512_set1_epi8(16));
+          }
+          w[r] = v;
+          const int16_t* sc = scales[r] + 8 * b;
+          sub_scale[r] = _mm512_insertf32x8(_mm512_set1_ps(float(sc[2 * chunk])), _mm256_set1_ps(float(sc[2 * chunk + 1])), 1);
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m512i xv = _mm512_loadu_si512(x[t].q8 + (c0 + b) * fmt::QK_K + 64 * chunk);
+          for (int r = 0; r < R; ++r) {
+            const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xv);
+            const __m512 scale = _mm512_mul_ps(sub_scale[r], _mm512_set1_ps(dd[r][t][b]));
+            acc[r * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r * T + t]);
+          }
+        }
+      }
+    }
+  }
+  for (int p = 0; p < R * T; ++p) out[p] = _mm512_reduce_add_ps(acc[p]) + offset[p];
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
 template <TensorType kType, int R, int T>
 HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
   constexpr bool kFive = kType == TensorType::Q5_K;
@@ -689,7 +747,11 @@ HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* ou
               job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32)};
     }
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+#if HWY_TARGET == HWY_AVX3_DL
+      DotRowsQ45KVnni<kType, R, T>(rows, job.n_in, x, out);
+#else
       DotRowsQ45K<kType, R, T>(rows, job.n_in, x, out);
+#endif
     } else if constexpr (kType == TensorType::Q6_K) {
       DotRowsQ6K<R, T>(rows, job.n_in, x, out);
     } else {
@@ -716,13 +778,14 @@ HWY_NOINLINE void RowsForTokenTile(const MatmulJob& job, int64_t row_begin, int6
   }
 }
 
-// Tokens per tile: the VNNI kernel's accumulators leave room for 8 (2 rows x 8 tokens in 16 of 32 registers).
+// Tokens per tile: the VNNI kernels' accumulators leave room for 8 (2 rows x 8 tokens in 16 of 32 registers).
 template <TensorType kType>
 constexpr int TileTokens() {
 #if HWY_TARGET == HWY_AVX3_DL
-  constexpr bool kLegacy = kType == TensorType::Q8_0 || kType == TensorType::Q4_0 || kType == TensorType::Q4_1 ||
-                           kType == TensorType::Q5_0 || kType == TensorType::Q5_1;
-  return kLegacy ? 8 : kTile;
+  constexpr bool kVnni = kType == TensorType::Q8_0 || kType == TensorType::Q4_0 || kType == TensorType::Q4_1 ||
+                         kType == TensorType::Q5_0 || kType == TensorType::Q5_1 || kType == TensorType::Q4_K ||
+                         kType == TensorType::Q5_K;
+  return kVnni ? 8 : kTile;
 #else
   return kTile;
 #endif
