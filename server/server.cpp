@@ -127,6 +127,7 @@ int Server::start() {
   });
   const int port = options_.port == 0 ? http_->bind_to_any_port(options_.host)
                                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  http_->set_socket_options(httplib::default_socket_options);  // the lambda above refers to this frame
   if (port < 0)
     throw std::runtime_error("cannot listen on " + options_.host + ":" + std::to_string(options_.port));
   if (listening >= 0) ::listen(listening, SOMAXCONN);
