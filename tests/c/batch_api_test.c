@@ -6,19 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "sparrow/sparrow.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                \
-  do {                                                  \
-    if (!(cond)) {                                      \
-      fprintf(stderr, "%s:%d: failed: %s: ", __FILE__, __LINE__, #cond); \
-      fprintf(stderr, __VA_ARGS__);                     \
-      fprintf(stderr, "\n");                            \
-      ++failures;                                       \
-    }                                                   \
-  } while (0)
 
 /* max |a - b| / max |a| */
 static double relative_difference(const float* a, const float* b, int32_t n) {

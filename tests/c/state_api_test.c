@@ -8,19 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "check.h"
 #include "sparrow/sparrow.h"
-
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                    \
-  do {                                                                      \
-    if (!(cond)) {                                                          \
-      fprintf(stderr, "%s:%d: failed: %s: ", __FILE__, __LINE__, #cond);    \
-      fprintf(stderr, __VA_ARGS__);                                         \
-      fprintf(stderr, "\n");                                                \
-      ++failures;                                                           \
-    }                                                                       \
-  } while (0)
 
 enum { kPrompt = 40, kVocabUsed = 4000 };
 static sparrow_model* model;
