@@ -17,12 +17,15 @@ static int32_t n_vocab;
 static sparrow_token prompt[kPrompt];
 static char scratch[4096];
 
-/* A path in the scratch folder; the program's lifetime is short, so the strings are never freed. */
-static const char* path_in_scratch(const char* name) {
-  const size_t n = strlen(scratch) + strlen(name) + 2;
-  char* path = malloc(n);
-  snprintf(path, n, "%s/%s", scratch, name);
-  return path;
+/* A file in the scratch folder, by value: no allocation to free. */
+typedef struct {
+  char s[4200];
+} Path;
+
+static Path path_in_scratch(const char* name) {
+  Path p;
+  snprintf(p.s, sizeof p.s, "%s/%s", scratch, name);
+  return p;
 }
 
 /* A context with low-bit, centered keys and 8-token batches: the 40-token prompt wraps the sliding rings. */
@@ -79,7 +82,8 @@ static void expect_refused(sparrow_context* ctx, const char* path, const char* n
 }
 
 static void test_state_round_trip(void) {
-  const char* saved = path_in_scratch("prompt.state");
+  const Path saved_path = path_in_scratch("prompt.state");
+  const char* saved = saved_path.s;
   sparrow_context* original = new_context(64, 8, "tbq4");
   CHECK(sparrow_decode(original, prompt, kPrompt, 0) == 0, "%s", sparrow_last_error());
   CHECK(sparrow_context_save(original, saved, prompt, kPrompt - 1) == -1, "ids must cover every token");
@@ -137,7 +141,8 @@ static void test_state_round_trip(void) {
   CHECK(memcmp(expected, sparrow_seq_logits(batch, seq), sizeof(float) * (size_t)n_vocab) == 0,
         "a batch sequence restored from the file continues as the context did");
   /* And back: a sequence's state loads into a context. */
-  const char* from_seq = path_in_scratch("seq.state");
+  const Path from_seq_path = path_in_scratch("seq.state");
+  const char* from_seq = from_seq_path.s;
   CHECK(sparrow_seq_save(batch, seq, from_seq, NULL, 0) == 0, "%s", sparrow_last_error());
   CHECK(sparrow_context_load(same, from_seq, NULL, 0, &n_ids) == kPrompt + 1 && n_ids == 0, "%s",
         sparrow_last_error());
@@ -148,16 +153,18 @@ static void test_state_round_trip(void) {
   expect_refused(wrong_codec, saved, "tbq4");
   sparrow_context* too_small = new_context(32, 8, "tbq4");
   expect_refused(too_small, saved, "holds 40 tokens");
-  expect_refused(same, path_in_scratch("missing.state"), "cannot open");
-  const char* cut = path_in_scratch("cut.state");
+  expect_refused(same, path_in_scratch("missing.state").s, "cannot open");
+  const Path cut_path = path_in_scratch("cut.state");
+  const char* cut = cut_path.s;
   copy_file(saved, cut, file_size(saved) - 100, -1);
   expect_refused(same, cut, "file ends inside");
-  const char* flipped = path_in_scratch("flipped.state");
+  const Path flipped_path = path_in_scratch("flipped.state");
+  const char* flipped = flipped_path.s;
   copy_file(saved, flipped, file_size(saved), 0);
   expect_refused(same, flipped, "not a Sparrow sequence state file");
   copy_file(saved, flipped, file_size(saved), 12); /* inside the model fingerprint */
   expect_refused(same, flipped, "different model");
-  CHECK(sparrow_context_save(same, path_in_scratch("no-such-dir/x.state"), NULL, 0) == -1, "an unwritable path");
+  CHECK(sparrow_context_save(same, path_in_scratch("no-such-dir/x.state").s, NULL, 0) == -1, "an unwritable path");
 
   free(expected);
   sparrow_context_free(original);
