@@ -124,6 +124,11 @@ HWY_INLINE void AddFifthBits32(D d, const uint8_t* qh, hn::Vec<D>* w) {
   }
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// sum += pairwise products of int16 lanes a and b, in one vpdpwssd (VNNI) where pmaddwd needs an add after it.
+HWY_INLINE V32 AddPairProducts(V16 a, V16 b, V32 sum) { return V32{_mm512_dpwssd_epi32(sum.raw, a.raw, b.raw)}; }
+#endif
+
 // sum0 + sum1 += pairwise products of a and b. ReorderWidenMulAccumulate into zero and a separate add: GCC
 // then accumulates in place instead of copying every accumulator each iteration. (x86 leaves sum1 at zero.)
 HWY_INLINE void MulPairsAccumulate(V16 a, V16 b, V32& sum0, V32& sum1) {
@@ -664,10 +669,14 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
             for (int k = 0; k < 4; ++k) {
               const V16 xv = hn::LoadU(D16(), xq + 32 * k);
               for (int r = 0; r < R; ++r) {
-                V32 s1 = hn::Zero(D32());
                 V32& sum = isum[r * T + t];
+#if HWY_TARGET == HWY_AVX3_DL
+                sum = AddPairProducts(w[r][k], xv, sum);
+#else
+                V32 s1 = hn::Zero(D32());
                 sum = hn::ReorderWidenMulAccumulate(D32(), w[r][k], xv, sum, s1);
                 sum = hn::Add(sum, s1);
+#endif
               }
             }
           }
