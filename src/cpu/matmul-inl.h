@@ -9,7 +9,7 @@
 //    per task and used for every token.
 // On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
 // Q4_K/Q5_K multiply bytes instead: 64 quants per vector, 64 multiply-adds per vpdpbusd (see "Legacy blocks with
-// VNNI" and DotRowsQ45KVnni).
+// VNNI" and DotSuperBlockQ45KVnni).
 // What is per block rather than per element is done apart from the inner loops: block scales (f16 -> float
 // times the activation scale), and constant offsets (-8 of Q4_0, -16 of Q5_0, the mins of Q4_1, Q5_1, Q4_K,
 // Q5_K), which, as sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, become a float dot product with the
@@ -337,53 +337,39 @@ HWY_INLINE __m512i UnpackBlockPairU8(const typename Legacy<kType>::Block* b0, co
   }
 }
 
+// One chunk of n blocks (from c0) of R rows times T tokens, added to acc.
 template <TensorType kType, int R, int T>
-HWY_INLINE void DotRowsLegacyVnni(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
-  using L = Legacy<kType>;
-  using Block = typename L::Block;
-  const Block* blocks[R];
-  for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
-  const int64_t nb = n_in / 32;
+HWY_INLINE void DotChunkLegacyVnni(const typename Legacy<kType>::Block* const* blocks, int64_t c0, int n,
+                                   const float (*dd)[T][kChunkBlocks32], const TokenQ* x, VF* acc) {
+  using Block = typename Legacy<kType>::Block;
   // dd[b], dd[b + 1] -> lanes 0-7 and 8-15.
   const __m512i pair_index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  __m512 acc[R * T];
-  for (int p = 0; p < R * T; ++p) acc[p] = _mm512_setzero_ps();
-  float offset[R * T] = {};
-  HWY_ALIGN float dd[R][T][kChunkBlocks32];
-  for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
-    const int n = int(std::min<int64_t>(kChunkBlocks32, nb - c0));
-    for (int r = 0; r < R; ++r) PrepareLegacyChunk<kType, T>(blocks[r], n, x, c0, dd[r], offset + r * T);
-    for (int b = 0; b < n; b += 2) {
-      // An odd last block pairs with itself against zero activations in the upper half.
-      const bool single = b + 1 == n;
-      const __mmask64 x_lanes = single ? __mmask64(0xFFFFFFFF) : ~__mmask64(0);
-      __m512i w[R];
-      __mmask64 negative[R];
+  for (int b = 0; b < n; b += 2) {
+    // An odd last block pairs with itself against zero activations in the upper half.
+    const bool single = b + 1 == n;
+    const __mmask64 x_lanes = single ? __mmask64(0xFFFFFFFF) : ~__mmask64(0);
+    __m512i w[R];
+    __mmask64 negative[R];
+    for (int r = 0; r < R; ++r) {
+      const Block* b0 = &blocks[r][c0 + b];
+      w[r] = UnpackBlockPairU8<kType>(b0, single ? b0 : b0 + 1, negative[r]);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512i xv = _mm512_maskz_loadu_epi8(x_lanes, x[t].q8 + (c0 + b) * 32);
       for (int r = 0; r < R; ++r) {
-        const Block* b0 = &blocks[r][c0 + b];
-        w[r] = UnpackBlockPairU8<kType>(b0, single ? b0 : b0 + 1, negative[r]);
-      }
-      for (int t = 0; t < T; ++t) {
-        const __m512i xv = _mm512_maskz_loadu_epi8(x_lanes, x[t].q8 + (c0 + b) * 32);
-        for (int r = 0; r < R; ++r) {
-          const __m512i xs = kType == TensorType::Q8_0 ? _mm512_mask_sub_epi8(xv, negative[r], _mm512_setzero_si512(), xv) : xv;
-          const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xs);
-          const __m512 scale = _mm512_permutexvar_ps(
-              pair_index, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&dd[r][t][b])))));
-          acc[r * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r * T + t]);
-        }
+        const __m512i xs = kType == TensorType::Q8_0 ? _mm512_mask_sub_epi8(xv, negative[r], _mm512_setzero_si512(), xv) : xv;
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xs);
+        const __m512 scale = _mm512_permutexvar_ps(
+            pair_index, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&dd[r][t][b])))));
+        acc[r * T + t].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r * T + t].raw);
       }
     }
   }
-  for (int p = 0; p < R * T; ++p) out[p] = _mm512_reduce_add_ps(acc[p]) + offset[p];
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
 template <TensorType kType, int R, int T>
 HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
-#if HWY_TARGET == HWY_AVX3_DL
-  DotRowsLegacyVnni<kType, R, T>(rows, n_in, x, out);
-#else
   using L = Legacy<kType>;
   using Block = typename L::Block;
   const Block* blocks[R];
@@ -400,6 +386,9 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
     for (int r = 0; r < R; ++r) PrepareLegacyChunk<kType, T>(blocks[r], n, x, c0, dd[r], offset + r * T);
     VF acc[R * T];
     for (int p = 0; p < R * T; ++p) acc[p] = hn::Zero(DF());
+#if HWY_TARGET == HWY_AVX3_DL
+    DotChunkLegacyVnni<kType, R, T>(blocks, c0, n, dd, x, acc);
+#else
     for (int b = 0; b < n; ++b) {
       V16 w[R][kVecs32];
       for (int r = 0; r < R; ++r) L::Unpack(blocks[r][c0 + b], w[r]);
@@ -414,10 +403,10 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
         for (int r = 0; r < R; ++r) acc[r * T + t] = ScaledAdd(hn::Add(sum0[r], sum1[r]), dd[r][t][b], acc[r * T + t]);
       }
     }
+#endif
     for (int p = 0; p < R * T; ++p) total[p] = hn::Add(total[p], acc[p]);
   }
   StoreSums<R * T>(total, offset, out);
-#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -527,56 +516,42 @@ HWY_INLINE void DotChunkQ45K(const uint8_t* const* qs, const uint8_t* const* qh,
 // Q4_K/Q5_K with VNNI: chunk c's 64 quants (sub-blocks 2c and 2c + 1) as unsigned bytes in one vector times the
 // token's 64 int8 activations by vpdpbusd; int32 lanes 0-7 sum sub-block 2c, lanes 8-15 sub-block 2c + 1, which
 // their 6-bit scales times d_w * d_x then weigh in float. The mins stay in PrepareQ45KChunk's offset term.
-template <TensorType kType, int R, int T>
-HWY_INLINE void DotRowsQ45KVnni(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
-  constexpr bool kFive = kType == TensorType::Q5_K;
-  using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
-  const Block* blocks[R];
-  for (int r = 0; r < R; ++r) blocks[r] = reinterpret_cast<const Block*>(rows[r]);
-  const int64_t nb = n_in / fmt::QK_K;
-  __m512 acc[R * T];
-  for (int p = 0; p < R * T; ++p) acc[p] = _mm512_setzero_ps();
-  float offset[R * T] = {};
-  HWY_ALIGN float dd[R][T][kChunkSuper];
-  int16_t scales[R][kChunkSub32];
-  for (int64_t c0 = 0; c0 < nb; c0 += kChunkSuper) {
-    const int n = int(std::min<int64_t>(kChunkSuper, nb - c0));
-    for (int r = 0; r < R; ++r) PrepareQ45KChunk<Block, T>(blocks[r], n, x, c0, scales[r], dd[r], offset + r * T);
-    for (int b = 0; b < n; ++b) {
-      HWY_UNROLL(1)
-      for (int chunk = 0; chunk < 4; ++chunk) {
-        __m512i w[R];
-        __m512 sub_scale[R];
-        for (int r = 0; r < R; ++r) {
-          const Block& blk = blocks[r][c0 + b];
-          // Low nibbles are elements 0-31 of the chunk, high nibbles 32-63: the bytes twice, the upper copy shifted.
-          const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * chunk));
-          __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
-          v = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, v, _mm512_srli_epi16(v, 4)), _mm512_set1_epi8(0x0F));
-          if constexpr (kFive) {
-            // Element k's fifth bit is bit 2c of qh[k] for the low nibbles, bit 2c + 1 for the high ones.
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
-            const __m512i select = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << (2 * chunk))),
-                                                      _mm256_set1_epi8(char(1 << (2 * chunk + 1))), 1);
-            const __mmask64 fifth = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1), select);
-            v = _mm512_mask_add_epi8(v, fifth, v, _mm512_set1_epi8(16));
-          }
-          w[r] = v;
-          const int16_t* sc = scales[r] + 8 * b;
-          sub_scale[r] = _mm512_insertf32x8(_mm512_set1_ps(float(sc[2 * chunk])), _mm256_set1_ps(float(sc[2 * chunk + 1])), 1);
-        }
-        for (int t = 0; t < T; ++t) {
-          const __m512i xv = _mm512_loadu_si512(x[t].q8 + (c0 + b) * fmt::QK_K + 64 * chunk);
-          for (int r = 0; r < R; ++r) {
-            const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xv);
-            const __m512 scale = _mm512_mul_ps(sub_scale[r], _mm512_set1_ps(dd[r][t][b]));
-            acc[r * T + t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r * T + t]);
-          }
-        }
+// One super-block of R rows (quants qs, fifth bits qh, 8 sub-block scales sc per row) times T tokens (activations
+// from element `base`), added to total with the scale products dd[r][t][b].
+template <bool kFive, int R, int T>
+HWY_INLINE void DotSuperBlockQ45KVnni(const uint8_t* const* qs, const uint8_t* const* qh, const int16_t* const* sc,
+                                      const float (*dd)[T][kChunkSuper], int b, const TokenQ* x, int64_t base,
+                                      VF* total) {
+  HWY_UNROLL(1)
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    __m512i w[R];
+    __m512 sub_scale[R];
+    for (int r = 0; r < R; ++r) {
+      // Low nibbles are elements 0-31 of the chunk, high nibbles 32-63: the bytes twice, the upper copy shifted.
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[r] + 32 * chunk));
+      __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+      v = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, v, _mm512_srli_epi16(v, 4)), _mm512_set1_epi8(0x0F));
+      if constexpr (kFive) {
+        // Element k's fifth bit is bit 2c of qh[k] for the low nibbles, bit 2c + 1 for the high ones.
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[r]));
+        const __m512i select = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << (2 * chunk))),
+                                                  _mm256_set1_epi8(char(1 << (2 * chunk + 1))), 1);
+        const __mmask64 fifth = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1), select);
+        v = _mm512_mask_add_epi8(v, fifth, v, _mm512_set1_epi8(16));
+      }
+      w[r] = v;
+      sub_scale[r] = _mm512_insertf32x8(_mm512_set1_ps(float(sc[r][2 * chunk])),
+                                        _mm256_set1_ps(float(sc[r][2 * chunk + 1])), 1);
+    }
+    for (int t = 0; t < T; ++t) {
+      const __m512i xv = _mm512_loadu_si512(x[t].q8 + base + 64 * chunk);
+      for (int r = 0; r < R; ++r) {
+        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xv);
+        const __m512 scale = _mm512_mul_ps(sub_scale[r], _mm512_set1_ps(dd[r][t][b]));
+        total[r * T + t].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, total[r * T + t].raw);
       }
     }
   }
-  for (int p = 0; p < R * T; ++p) out[p] = _mm512_reduce_add_ps(acc[p]) + offset[p];
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
@@ -605,6 +580,9 @@ HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const Toke
         if constexpr (kFive) qh[r] = blocks[r][c0 + b].qh;
         sc[r] = scales[r] + 8 * b;
       }
+#if HWY_TARGET == HWY_AVX3_DL
+      DotSuperBlockQ45KVnni<kFive, R, T>(qs, qh, sc, dd, b, x, (c0 + b) * fmt::QK_K, total);
+#else
       V32 isum[R * T];
       for (int p = 0; p < R * T; ++p) isum[p] = hn::Zero(D32());
       // Not unrolled: GCC would otherwise reassociate the int32 sums of all four chunks into one tree whose
@@ -616,6 +594,7 @@ HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const Toke
       for (int r = 0; r < R; ++r) {
         for (int t = 0; t < T; ++t) total[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], total[r * T + t]);
       }
+#endif
     }
   }
   StoreSums<R * T>(total, offset, out);
@@ -756,11 +735,7 @@ HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* ou
               job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32)};
     }
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
-#if HWY_TARGET == HWY_AVX3_DL
-      DotRowsQ45KVnni<kType, R, T>(rows, job.n_in, x, out);
-#else
       DotRowsQ45K<kType, R, T>(rows, job.n_in, x, out);
-#endif
     } else if constexpr (kType == TensorType::Q6_K) {
       DotRowsQ6K<R, T>(rows, job.n_in, x, out);
     } else {
@@ -1064,14 +1039,18 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
+#if HWY_TARGET == HWY_AVX3_DL
   const hn::Rebind<int8_t, decltype(df)> d8;
+#endif
   const int64_t N = int64_t(hn::Lanes(df));
   const int group = fmt::activation_group(format);
   const int64_t n_groups = n_in / group;
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = x + t * n_in;
     int16_t* qt = q + t * n_in;
+#if HWY_TARGET == HWY_AVX3_DL
     int8_t* q8t = q8 + t * n_in;
+#endif
     for (int64_t g = 0; g < n_groups; ++g) {
       const float* xg = xt + g * group;
       auto vmax = hn::Zero(df);
@@ -1085,7 +1064,9 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
           const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xg + i), inv));
           vsum = hn::Add(vsum, qi);
           hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
-          hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);
+#if HWY_TARGET == HWY_AVX3_DL
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);  // only the VNNI kernels read bytes
+#endif
         }
         scaled_sum32[t * (n_in / 32) + (g * group + k) / 32] =
             fmt::activation_sum32(format, s, int(hn::GetLane(hn::SumOfLanes(di, vsum))));

@@ -14,7 +14,7 @@ namespace sparrow::cpu {
 struct QuantizedTokens {
   int group = 0;                  // elements per scale: 32 or 256
   const int16_t* q = nullptr;     // [n_tokens][n_in], each in [-127, 127]
-  const int8_t* q8 = nullptr;     // the same values as bytes, for int8 dot-product instructions (VNNI)
+  const int8_t* q8 = nullptr;     // the same values as bytes, for the VNNI kernels (written only on that target)
   const float* scale = nullptr;   // [n_tokens][n_in / group]
   const float* scaled_sum32 = nullptr;  // [n_tokens][n_in / 32]: scale * (sum of q) over each 32 elements
 };

@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_process import ServerProcess  # noqa: E402
+from serve_process import tiny_model_server  # noqa: E402
 
 KEY = "test-key"
 MAX_TOKENS = 12
@@ -45,8 +45,7 @@ class ChatPage(unittest.TestCase):
         from selenium.webdriver.chrome.service import Service
 
         binary, model = sys.argv[1], sys.argv[2]
-        cls.server = ServerProcess([binary, "serve", "-m", model, "--port", "0", "--parallel", "2", "-c", "256",
-                                    "--api-key", KEY, "--alias", "tiny"])
+        cls.server = tiny_model_server(binary, model, KEY)
         cls.addClassCleanup(cls.stop_server)  # cleanups run even when setUpClass fails, last added first
         cls.base = cls.server.base_url
 

@@ -13,7 +13,7 @@ import unittest
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_process import ServerProcess  # noqa: E402
+from serve_process import tiny_model_server  # noqa: E402
 
 KEY = "test-key"
 
@@ -22,8 +22,7 @@ class Serve(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         binary, model = sys.argv[1], sys.argv[2]
-        cls.server = ServerProcess([binary, "serve", "-m", model, "--port", "0", "--parallel", "2", "-c", "256",
-                                    "--api-key", KEY, "--alias", "tiny"])
+        cls.server = tiny_model_server(binary, model, KEY)
         cls.port = cls.server.port
         cls.client = openai.OpenAI(base_url=f"http://127.0.0.1:{cls.port}/v1", api_key=KEY, max_retries=0)
 

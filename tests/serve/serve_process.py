@@ -3,6 +3,7 @@ it prints, stopped with SIGTERM. Shared by the tests in tests/serve/ and by scri
 import re
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 
@@ -31,7 +32,6 @@ class ServerProcess:
             self.stop()
             raise RuntimeError("the server did not say where it listens:\n" + "".join(self.log[-20:]))
         # Keep reading stderr so a chatty server never blocks on a full pipe.
-        import threading
         threading.Thread(target=lambda: [self.log.append(l) for l in self.proc.stderr], daemon=True).start()
         self.base_url = f"http://127.0.0.1:{self.port}"
 
@@ -59,3 +59,10 @@ class ServerProcess:
                 self.proc.wait()
                 return None
         return self.proc.returncode
+
+
+def tiny_model_server(binary, model, api_key):
+    """The server the serve tests talk to: the tiny model of ctest's CApiFromC.MakeModel, 2 slots of 256 tokens,
+    an API key, the model named "tiny"."""
+    return ServerProcess([binary, "serve", "-m", model, "--port", "0", "--parallel", "2", "-c", "256",
+                          "--api-key", api_key, "--alias", "tiny"])
