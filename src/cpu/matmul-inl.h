@@ -1,3 +1,5 @@
+
+
 // Per-target matmul kernels, compiled once per SIMD target through hwy/foreach_target.h (see matmul.cpp).
 //
 // Quantized weights are multiplied with 8-bit activations (QuantizedTokens, like llama.cpp's Q8_0 / Q8_K) in
@@ -151,6 +153,8 @@ struct TokenQ {
   const int8_t* q8;            // the same values as bytes
   const float* scale;          // per activation group
   const float* scaled_sum32;   // per 32 elements
+  const float* pair_scale;     // VNNI kernels: see QuantizedTokens
+  const int32_t* pair_sum;
 };
 
 HWY_INLINE float DotFloats(const float* a, const float* b, int n) {
@@ -267,22 +271,24 @@ HWY_INLINE hn::Vec<DF8> BlockHalvesToFloat(const Block* blocks, int n_left, Fiel
   return hn::PromoteTo(df, hn::BitCast(hn::Rebind<hwy::float16_t, decltype(df)>(), bits));
 }
 
-// Legacy block scales of one chunk of one row, for every token of the tile: dd[t][b] = d_w[b] * d_x[t][b],
-// and the offset term, offset[t] += sum_b offset_w[b] * scaled_sum32_x[t][b]. Eight blocks at a time (the
+// Legacy block scales of one chunk of one row, for every token of the tile: dd[t][b] = d_w[b] * d_x[t][b]
+// (kScales: not for the VNNI kernels, which weigh by d_w and d_x apart), and the offset term, offset[t] +=
+// sum_b offset_w[b] * scaled_sum32_x[t][b] (for the VNNI kernels only the mins). Eight blocks at a time (the
 // last group zero-padded; dd has room, and the activation arrays are padded by the caller).
-template <TensorType kType, int T>
+template <TensorType kType, int T, bool kScales>
 HWY_INLINE void PrepareLegacyChunk(const typename Legacy<kType>::Block* blocks, int n, const TokenQ* x, int64_t c0,
                                    float (*dd)[kChunkBlocks32], float* offset) {
   using L = Legacy<kType>;
   using Block = typename L::Block;
-  constexpr bool kOffsetTerm = L::kHasMin || L::kOffset != 0;
+  constexpr bool kOffsetTerm = L::kHasMin || (kScales && L::kOffset != 0);
   const DF8 df;
   const int N = int(hn::Lanes(df));
   decltype(hn::Zero(df)) offset_sum[T];
   for (int t = 0; t < T; ++t) offset_sum[t] = hn::Zero(df);
   for (int b = 0; b < n; b += N) {
     const Block* group = blocks + c0 + b;
-    const auto d_w = BlockHalvesToFloat(group, n - b, [](const Block& blk) HWY_ATTR { return blk.d; });
+    auto d_w = hn::Zero(df);
+    if constexpr (kScales) d_w = BlockHalvesToFloat(group, n - b, [](const Block& blk) HWY_ATTR { return blk.d; });
     auto offset_w = hn::Zero(df);
     if constexpr (L::kHasMin) {
       offset_w = BlockHalvesToFloat(group, n - b, [](const Block& blk) HWY_ATTR { return L::Min(blk); });
@@ -290,7 +296,7 @@ HWY_INLINE void PrepareLegacyChunk(const typename Legacy<kType>::Block* blocks, 
       offset_w = hn::Mul(d_w, hn::Set(df, float(L::kOffset)));
     }
     for (int t = 0; t < T; ++t) {
-      hn::StoreU(hn::Mul(d_w, hn::LoadU(df, x[t].scale + c0 + b)), df, dd[t] + b);
+      if constexpr (kScales) hn::StoreU(hn::Mul(d_w, hn::LoadU(df, x[t].scale + c0 + b)), df, dd[t] + b);
       if constexpr (kOffsetTerm) {
         offset_sum[t] = hn::MulAdd(offset_w, hn::LoadU(df, x[t].scaled_sum32 + c0 + b), offset_sum[t]);
       }
@@ -303,21 +309,25 @@ HWY_INLINE void PrepareLegacyChunk(const typename Legacy<kType>::Block* blocks, 
 
 #if HWY_TARGET == HWY_AVX3_DL
 // ---------------------------------------------------------------------------------------------------------
-// Legacy blocks with VNNI. A vector holds blocks b and b + 1 as 64 unsigned bytes (block b's elements in bytes
-// 0-31), multiplied with the token's int8 activations by vpdpbusd: int32 lanes 0-7 sum block b's products,
-// lanes 8-15 block b + 1's. Q8_0's quants are signed: their magnitudes are the bytes (|-128| = 128 fits), their
-// signs are moved onto the activations. Each block's float scale d_w * d_x (dd) then multiplies its eight lanes.
+// Legacy blocks with VNNI. A vector holds blocks b and b + 1 as 64 bytes (block b's elements in bytes 0-31),
+// multiplied with the token's activations by vpdpbusd (unsigned bytes times signed bytes, four products per
+// int32 lane): int32 lanes 0-7 sum block b's products, lanes 8-15 block b + 1's. The lanes are converted to
+// float and weighed by the two blocks' scales, d_w (per row, broadcast from the blocks' halves) times d_x (per
+// token, laid out this way once by QuantizeTokens), so that no per-block scale is prepared per row and token.
+// Constant offsets are integer terms added where the products start:
+//  - Q4_0, Q5_0: unsigned quants q with offset o (-8, -16): sum (q + o) x = sum q x + o * sum x, where sum x
+//    is the token's (QuantizedTokens::pair_sum), the same for every row;
+//  - Q8_0: signed quants times signed activations, which vpdpbusd cannot take: the activations are offset to
+//    unsigned x + 128, and sum (x + 128) q = sum q x + 128 * sum q subtracts the row's 128 * sum q (per row,
+//    the same for every token).
+// The mins of Q4_1 and Q5_1 stay in PrepareLegacyChunk's float offset term.
 
-// Blocks b[0] and b[1] as unsigned bytes; `negative` marks Q8_0's negative quants (zero for the other types,
-// whose quants are unsigned with the offset or min applied separately).
+// Blocks b0 and b1 as 64 bytes: Q8_0's signed quants as they are, the others' unsigned quants without offset.
 template <TensorType kType>
-HWY_INLINE __m512i UnpackBlockPairU8(const typename Legacy<kType>::Block* b0, const typename Legacy<kType>::Block* b1,
-                                     __mmask64& negative) {
+HWY_INLINE __m512i UnpackBlockPair(const typename Legacy<kType>::Block* b0, const typename Legacy<kType>::Block* b1) {
   if constexpr (kType == TensorType::Q8_0) {
-    const __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0->qs))),
-                                         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1->qs)), 1);
-    negative = _mm512_movepi8_mask(v);
-    return _mm512_abs_epi8(v);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(b0->qs))),
+                              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b1->qs)), 1);
   } else {
     // Element j in the low nibble of qs[j], element j + 16 in the high one: the 16 bytes of each block go to two
     // 128-bit lanes, the second of which is shifted down by a nibble.
@@ -332,36 +342,60 @@ HWY_INLINE __m512i UnpackBlockPairU8(const typename Legacy<kType>::Block* b0, co
       std::memcpy(&h1, b1->qh, 4);
       v = _mm512_mask_add_epi8(v, __mmask64(h0) | (__mmask64(h1) << 32), v, _mm512_set1_epi8(16));
     }
-    negative = 0;
     return v;
   }
 }
 
-// One chunk of n blocks (from c0) of R rows times T tokens, added to acc.
+// The f16 scales of two blocks as 16 floats: h0 in lanes 0-7, h1 in lanes 8-15.
+HWY_INLINE __m512 PairScales(uint16_t h0, uint16_t h1) {
+  return _mm512_cvtph_ps(_mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(short(h0))),
+                                                 _mm_set1_epi16(short(h1)), 1));
+}
+
+// R rows of nb blocks times T tokens, added to total.
 template <TensorType kType, int R, int T>
-HWY_INLINE void DotChunkLegacyVnni(const typename Legacy<kType>::Block* const* blocks, int64_t c0, int n,
-                                   const float (*dd)[T][kChunkBlocks32], const TokenQ* x, VF* acc) {
+HWY_INLINE void DotRowsLegacyVnni(const typename Legacy<kType>::Block* const* blocks, int64_t nb, const TokenQ* x,
+                                  VF* total) {
   using Block = typename Legacy<kType>::Block;
-  // dd[b], dd[b + 1] -> lanes 0-7 and 8-15.
-  const __m512i pair_index = _mm512_set_epi32(1, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0);
-  for (int b = 0; b < n; b += 2) {
-    // An odd last block pairs with itself against zero activations in the upper half.
-    const bool single = b + 1 == n;
+  constexpr bool kSigned = kType == TensorType::Q8_0;
+  constexpr int kOffset = Legacy<kType>::kOffset;
+  static_assert(kOffset == 0 || kOffset == -8 || kOffset == -16, "offsets are applied as shifts");
+  constexpr int kOffsetShift = kOffset == -8 ? 3 : 4;
+  const __m512i zero = _mm512_setzero_si512();
+  // The weight stream is prefetched one call ahead: matrix rows are contiguous, so the next R rows begin where
+  // these end, and each step here reads R * 2 blocks of them. (The old order, every block scale of a row first,
+  // had the same effect by accident; without either, each step waits for its own cache misses.)
+  const char* next_rows = reinterpret_cast<const char*>(blocks[R - 1] + nb);
+  constexpr int64_t kStepBytes = R * 2 * int64_t(sizeof(Block));
+  for (int64_t b = 0; b < nb; b += 2) {
+    for (int64_t line = 0; line < kStepBytes; line += 64) _mm_prefetch(next_rows + b / 2 * kStepBytes + line, _MM_HINT_T0);
+    // An odd last block pairs with itself; its upper lanes have zero activation scales (QuantizeTokens), and
+    // the activations there are not read past the row.
+    const bool single = b + 1 == nb;
     const __mmask64 x_lanes = single ? __mmask64(0xFFFFFFFF) : ~__mmask64(0);
-    __m512i w[R];
-    __mmask64 negative[R];
+    __m512i w[R], row_start[R];
+    __m512 d_w[R];
     for (int r = 0; r < R; ++r) {
-      const Block* b0 = &blocks[r][c0 + b];
-      w[r] = UnpackBlockPairU8<kType>(b0, single ? b0 : b0 + 1, negative[r]);
+      const Block* b0 = &blocks[r][b];
+      const Block* b1 = single ? b0 : b0 + 1;
+      w[r] = UnpackBlockPair<kType>(b0, b1);
+      d_w[r] = PairScales(b0->d, b1->d);
+      if constexpr (kSigned) {  // -128 * sum q, four quants per lane
+        row_start[r] = _mm512_sub_epi32(zero, _mm512_slli_epi32(_mm512_dpbusd_epi32(zero, _mm512_set1_epi8(1), w[r]), 7));
+      }
     }
     for (int t = 0; t < T; ++t) {
-      const __m512i xv = _mm512_maskz_loadu_epi8(x_lanes, x[t].q8 + (c0 + b) * 32);
+      __m512i xv = _mm512_maskz_loadu_epi8(x_lanes, x[t].q8 + b * 32);
+      __m512i token_start = zero;
+      if constexpr (kSigned) {
+        xv = _mm512_xor_si512(xv, _mm512_set1_epi8(char(0x80)));  // x + 128 as unsigned bytes
+      } else if constexpr (kOffset != 0) {
+        token_start = _mm512_sub_epi32(zero, _mm512_slli_epi32(_mm512_loadu_si512(x[t].pair_sum + b * 8), kOffsetShift));
+      }
+      const __m512 d_x = _mm512_loadu_ps(x[t].pair_scale + b * 8);
       for (int r = 0; r < R; ++r) {
-        const __m512i xs = kType == TensorType::Q8_0 ? _mm512_mask_sub_epi8(xv, negative[r], _mm512_setzero_si512(), xv) : xv;
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xs);
-        const __m512 scale = _mm512_permutexvar_ps(
-            pair_index, _mm512_castps128_ps512(_mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(&dd[r][t][b])))));
-        acc[r * T + t].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[r * T + t].raw);
+        const __m512i dot = kSigned ? _mm512_dpbusd_epi32(row_start[r], xv, w[r]) : _mm512_dpbusd_epi32(token_start, w[r], xv);
+        total[r * T + t].raw = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), d_w[r]), d_x, total[r * T + t].raw);
       }
     }
   }
@@ -380,15 +414,21 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
   VF total[R * T];
   for (int p = 0; p < R * T; ++p) total[p] = hn::Zero(DF());
   float offset[R * T] = {};
+#if HWY_TARGET == HWY_AVX3_DL
+  DotRowsLegacyVnni<kType, R, T>(blocks, nb, x, total);
+  if constexpr (L::kHasMin) {
+    for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
+      const int n = int(std::min<int64_t>(kChunkBlocks32, nb - c0));
+      for (int r = 0; r < R; ++r) PrepareLegacyChunk<kType, T, false>(blocks[r], n, x, c0, nullptr, offset + r * T);
+    }
+  }
+#else
   HWY_ALIGN float dd[R][T][kChunkBlocks32];
   for (int64_t c0 = 0; c0 < nb; c0 += kChunkBlocks32) {
     const int n = int(std::min<int64_t>(kChunkBlocks32, nb - c0));
-    for (int r = 0; r < R; ++r) PrepareLegacyChunk<kType, T>(blocks[r], n, x, c0, dd[r], offset + r * T);
+    for (int r = 0; r < R; ++r) PrepareLegacyChunk<kType, T, true>(blocks[r], n, x, c0, dd[r], offset + r * T);
     VF acc[R * T];
     for (int p = 0; p < R * T; ++p) acc[p] = hn::Zero(DF());
-#if HWY_TARGET == HWY_AVX3_DL
-    DotChunkLegacyVnni<kType, R, T>(blocks, c0, n, dd, x, acc);
-#else
     for (int b = 0; b < n; ++b) {
       V16 w[R][kVecs32];
       for (int r = 0; r < R; ++r) L::Unpack(blocks[r][c0 + b], w[r]);
@@ -403,9 +443,9 @@ HWY_INLINE void DotRowsLegacy(const uint8_t* const* rows, int64_t n_in, const To
         for (int r = 0; r < R; ++r) acc[r * T + t] = ScaledAdd(hn::Add(sum0[r], sum1[r]), dd[r][t][b], acc[r * T + t]);
       }
     }
-#endif
     for (int p = 0; p < R * T; ++p) total[p] = hn::Add(total[p], acc[p]);
   }
+#endif
   StoreSums<R * T>(total, offset, out);
 }
 
@@ -731,8 +771,10 @@ HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* ou
     const int64_t n_groups = job.n_in / job.xq.group;
     TokenQ x[T];
     for (int t = 0; t < T; ++t) {
-      x[t] = {job.xq.q + (t0 + t) * job.n_in, job.xq.q8 + (t0 + t) * job.n_in, job.xq.scale + (t0 + t) * n_groups,
-              job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32)};
+      const int64_t pair_lanes = (t0 + t) * block_pairs(job.n_in) * 16;
+      x[t] = {job.xq.q + (t0 + t) * job.n_in,    job.xq.q8 + (t0 + t) * job.n_in,
+              job.xq.scale + (t0 + t) * n_groups, job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32),
+              job.xq.pair_scale + pair_lanes,     job.xq.pair_sum + pair_lanes};
     }
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
       DotRowsQ45K<kType, R, T>(rows, job.n_in, x, out);
@@ -1034,8 +1076,16 @@ void GemmRows(const MatmulJob& job, const PackedTokens& x, int64_t row_begin, in
 // Activation quantization, ggml's (formats/activation_blocks.h has the per-group arithmetic): per group of
 // `group` elements a scale and 8-bit values; per 32 elements the offset term of activation_sum32.
 
+#if HWY_TARGET == HWY_AVX3_DL
+// One block's 8 lanes of QuantizedTokens::pair_scale and pair_sum, from lane `at`.
+HWY_INLINE void SetPairLanes(int64_t at, float scale, int sum, float* pair_scale, int32_t* pair_sum) {
+  _mm256_storeu_ps(pair_scale + at, _mm256_set1_ps(scale));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(pair_sum + at), _mm256_setr_epi32(sum, 0, 0, 0, 0, 0, 0, 0));
+}
+#endif
+
 void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::ActivationFormat format, int16_t* q,
-                    int8_t* q8, float* scale, float* scaled_sum32) {
+                    int8_t* q8, float* scale, float* scaled_sum32, float* pair_scale, int32_t* pair_sum) {
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
@@ -1068,10 +1118,17 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
           hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);  // only the VNNI kernels read bytes
 #endif
         }
-        scaled_sum32[t * (n_in / 32) + (g * group + k) / 32] =
-            fmt::activation_sum32(format, s, int(hn::GetLane(hn::SumOfLanes(di, vsum))));
+        const int sum = int(hn::GetLane(hn::SumOfLanes(di, vsum)));
+        scaled_sum32[t * (n_in / 32) + (g * group + k) / 32] = fmt::activation_sum32(format, s, sum);
+#if HWY_TARGET == HWY_AVX3_DL
+        if (group == 32) SetPairLanes(t * block_pairs(n_in) * 16 + g * 8, s.scale, sum, pair_scale, pair_sum);
+#endif
       }
     }
+#if HWY_TARGET == HWY_AVX3_DL
+    // An odd last block has no partner: its pair's upper lanes stay zero.
+    if (group == 32 && n_groups % 2 == 1) SetPairLanes((t + 1) * block_pairs(n_in) * 16 - 8, 0.0f, 0, pair_scale, pair_sum);
+#endif
   }
 }
 

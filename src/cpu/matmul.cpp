@@ -49,7 +49,9 @@ struct ActivationScratch {
   hwy::AlignedFreeUniquePtr<int16_t[]> q;
   hwy::AlignedFreeUniquePtr<int8_t[]> q8;
   std::vector<float> scale, scaled_sum32;
-  size_t q_capacity = 0;
+  hwy::AlignedFreeUniquePtr<float[]> pair_scale;
+  hwy::AlignedFreeUniquePtr<int32_t[]> pair_sum;
+  size_t q_capacity = 0, pair_scale_capacity = 0, pair_sum_capacity = 0;
 
   // Prompts are quantized in parallel, in chunks of tokens.
   QuantizedTokens quantize(ThreadPool& pool, const float* x, int64_t n_in, int64_t n_tokens,
@@ -66,15 +68,20 @@ struct ActivationScratch {
     const size_t n_scales = size_t(n_tokens * (n_in / group)), n_sums = size_t(n_tokens * (n_in / 32));
     scale.assign(n_scales + kActivationPadding, 0.0f);
     scaled_sum32.assign(n_sums + kActivationPadding, 0.0f);
+    const size_t n_pair_lanes = size_t(n_tokens * block_pairs(n_in) * 16);
+    grow(pair_scale, pair_scale_capacity, n_pair_lanes);
+    grow(pair_sum, pair_sum_capacity, n_pair_lanes);
     const auto quantize_tokens = HWY_DYNAMIC_DISPATCH(QuantizeTokens);
-    const int64_t groups = n_in / group, sums = n_in / 32;
+    const int64_t groups = n_in / group, sums = n_in / 32, pair_lanes = block_pairs(n_in) * 16;
     const int64_t chunk = std::max<int64_t>(1, 16384 / n_in);  // tokens per task: ~64 KiB of floats
     pool.parallel_for((n_tokens + chunk - 1) / chunk, [&](int64_t task, int) {
       const int64_t t0 = task * chunk, n = std::min(chunk, n_tokens - t0);
       quantize_tokens(x + t0 * n_in, n_in, n, format, q.get() + t0 * n_in, q8.get() + t0 * n_in,
-                      scale.data() + t0 * groups, scaled_sum32.data() + t0 * sums);
+                      scale.data() + t0 * groups, scaled_sum32.data() + t0 * sums, pair_scale.get() + t0 * pair_lanes,
+                      pair_sum.get() + t0 * pair_lanes);
     });
-    return QuantizedTokens{group, q.get(), q8.get(), scale.data(), scaled_sum32.data()};
+    return QuantizedTokens{group,           q.get(),          q8.get(), scale.data(), scaled_sum32.data(),
+                           pair_scale.get(), pair_sum.get()};
   }
 
   std::vector<float> rounded;

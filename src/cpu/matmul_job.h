@@ -17,7 +17,15 @@ struct QuantizedTokens {
   const int8_t* q8 = nullptr;     // the same values as bytes, for the VNNI kernels (written only on that target)
   const float* scale = nullptr;   // [n_tokens][n_in / group]
   const float* scaled_sum32 = nullptr;  // [n_tokens][n_in / 32]: scale * (sum of q) over each 32 elements
+  // For the VNNI kernels of 32-element blocks (written only on that target, for group 32), per token and pair of
+  // blocks (2p, 2p + 1), as the int32 lanes of one dot product lay them out: 16 lanes, the first 8 block 2p's,
+  // the last 8 block 2p + 1's (zero past the last block).
+  const float* pair_scale = nullptr;  // [n_tokens][n_pairs][16]: each block's scale in its 8 lanes
+  const int32_t* pair_sum = nullptr;  // [n_tokens][n_pairs][16]: sum of q in lanes 0 and 8, zero elsewhere
 };
+
+// Pairs of 32-element blocks per token in QuantizedTokens::pair_scale and pair_sum.
+constexpr int64_t block_pairs(int64_t n_in) { return (n_in / 32 + 1) / 2; }
 
 // Activations packed for the prompt-processing GEMM, per vector of n tokens ("token vector" tv; n is the
 // target's GemmTokensPerVector()):

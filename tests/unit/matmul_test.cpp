@@ -202,6 +202,17 @@ TEST(Matmul, FloatTypesHandleRowsThatAreNotAMultipleOfTheVectorWidth) {
   }
 }
 
+// The VNNI kernels multiply 32-element blocks two at a time: an odd block count leaves a last block alone.
+TEST(Matmul, BlockTypesHandleAnOddNumberOfBlocks) {
+  ThreadPool two(2);
+  for (const auto& c : all_types()) {
+    if (c.block_elements != 32) continue;
+    for (int64_t n_in : {32, 96, 288}) {
+      for (int64_t n_tokens : {1, 8, 11}) check_matmul(c, Shape{n_in, 9}, n_tokens, two, uint32_t(n_in + n_tokens));
+    }
+  }
+}
+
 TEST(Matmul, ThreadCountDoesNotChangeResults) {
   ThreadPool one(1), two(2);
   for (const auto& c : all_types()) {
