@@ -10,8 +10,8 @@
 //  - prompts: a GEMM with tokens in the vector lanes (see "Prompt processing" below), each row unpacked once
 //    per task and used for every token.
 // On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
-// Q4_K/Q5_K multiply bytes instead: 64 quants per vector, 64 multiply-adds per vpdpbusd (see "Legacy blocks with
-// VNNI" and DotSuperBlockQ45KVnni).
+// Q4_K/Q5_K multiply bytes instead: 64 quants per vector, by vpdpbusd (see "Legacy blocks with VNNI") or by
+// vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni).
 // What is per block rather than per element is done apart from the inner loops: block scales (f16 -> float
 // times the activation scale), and constant offsets (-8 of Q4_0, -16 of Q5_0, the mins of Q4_1, Q5_1, Q4_K,
 // Q5_K), which, as sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, become a float dot product with the
@@ -563,18 +563,25 @@ HWY_INLINE void DotChunkQ45K(const uint8_t* const* qs, const uint8_t* const* qh,
 
 #if HWY_TARGET == HWY_AVX3_DL
 // Q4_K/Q5_K with VNNI: chunk c's 64 quants (sub-blocks 2c and 2c + 1) as unsigned bytes in one vector times the
-// token's 64 int8 activations by vpdpbusd; int32 lanes 0-7 sum sub-block 2c, lanes 8-15 sub-block 2c + 1, which
-// their 6-bit scales times d_w * d_x then weigh in float. The mins stay in PrepareQ45KChunk's offset term.
+// token's 64 int8 activations by vpmaddubsw, into 32 int16 pair sums (lanes 0-15 sub-block 2c, 16-31 sub-block
+// 2c + 1; at most 2 * 31 * 127, no saturation), which vpdpwssd multiplies by their 6-bit sub-block scales and adds
+// into int32: the whole super-block is summed in integers, then weighed once by d_w * d_x. The mins stay in
+// PrepareQ45KChunk's offset term.
 // One super-block of R rows (quants qs, fifth bits qh, 8 sub-block scales sc per row) times T tokens (activations
 // from element `base`), added to total with the scale products dd[r][t][b].
 template <bool kFive, int R, int T>
 HWY_INLINE void DotSuperBlockQ45KVnni(const uint8_t* const* qs, const uint8_t* const* qh, const int16_t* const* sc,
                                       const float (*dd)[T][kChunkSuper], int b, const TokenQ* x, int64_t base,
                                       VF* total) {
+  __m512i isum[R * T];
+  for (int p = 0; p < R * T; ++p) isum[p] = _mm512_setzero_si512();
+  __m512i scales8[R];  // the 8 int16 sub-block scales in the low lanes
+  for (int r = 0; r < R; ++r) scales8[r] = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc[r])));
   HWY_UNROLL(1)
   for (int chunk = 0; chunk < 4; ++chunk) {
-    __m512i w[R];
-    __m512 sub_scale[R];
+    // int16 lanes 0-15 pick scale 2c, lanes 16-31 scale 2c + 1.
+    const __m512i pick = _mm512_inserti64x4(_mm512_set1_epi16(short(2 * chunk)), _mm256_set1_epi16(short(2 * chunk + 1)), 1);
+    __m512i w[R], sub_scale[R];
     for (int r = 0; r < R; ++r) {
       // Low nibbles are elements 0-31 of the chunk, high nibbles 32-63: the bytes twice, the upper copy shifted.
       const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[r] + 32 * chunk));
@@ -589,16 +596,18 @@ HWY_INLINE void DotSuperBlockQ45KVnni(const uint8_t* const* qs, const uint8_t* c
         v = _mm512_mask_add_epi8(v, fifth, v, _mm512_set1_epi8(16));
       }
       w[r] = v;
-      sub_scale[r] = _mm512_insertf32x8(_mm512_set1_ps(float(sc[r][2 * chunk])),
-                                        _mm256_set1_ps(float(sc[r][2 * chunk + 1])), 1);
+      sub_scale[r] = _mm512_permutexvar_epi16(pick, scales8[r]);
     }
     for (int t = 0; t < T; ++t) {
       const __m512i xv = _mm512_loadu_si512(x[t].q8 + base + 64 * chunk);
       for (int r = 0; r < R; ++r) {
-        const __m512i dot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[r], xv);
-        const __m512 scale = _mm512_mul_ps(sub_scale[r], _mm512_set1_ps(dd[r][t][b]));
-        total[r * T + t].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, total[r * T + t].raw);
+        isum[r * T + t] = _mm512_dpwssd_epi32(isum[r * T + t], _mm512_maddubs_epi16(w[r], xv), sub_scale[r]);
       }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      total[r * T + t].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r * T + t]), _mm512_set1_ps(dd[r][t][b]), total[r * T + t].raw);
     }
   }
 }
