@@ -11,7 +11,7 @@
 //    per task and used for every token.
 // On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
 // Q4_K/Q5_K multiply bytes instead: 64 quants per vector, by vpdpbusd (see "Legacy blocks with VNNI") or by
-// vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni).
+// vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni, DotSuperBlockQ6KVnni).
 // What is per block rather than per element is done apart from the inner loops: block scales (f16 -> float
 // times the activation scale), and constant offsets (-8 of Q4_0, -16 of Q5_0, the mins of Q4_1, Q5_1, Q4_K,
 // Q5_K), which, as sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, become a float dot product with the
@@ -127,10 +127,6 @@ HWY_INLINE void AddFifthBits32(D d, const uint8_t* qh, hn::Vec<D>* w) {
   }
 }
 
-#if HWY_TARGET == HWY_AVX3_DL
-// sum += pairwise products of int16 lanes a and b, in one vpdpwssd (VNNI) where pmaddwd needs an add after it.
-HWY_INLINE V32 AddPairProducts(V16 a, V16 b, V32 sum) { return V32{_mm512_dpwssd_epi32(sum.raw, a.raw, b.raw)}; }
-#endif
 
 // sum0 + sum1 += pairwise products of a and b. ReorderWidenMulAccumulate into zero and a separate add: GCC
 // then accumulates in place instead of copying every accumulator each iteration. (x86 leaves sum1 at zero.)
@@ -156,6 +152,7 @@ struct TokenQ {
   const float* scaled_sum32;   // per 32 elements
   const float* pair_scale;     // VNNI kernels: see QuantizedTokens
   const int32_t* pair_sum;
+  const int16_t* sum16;
 };
 
 HWY_INLINE float DotFloats(const float* a, const float* b, int n) {
@@ -677,6 +674,67 @@ HWY_INLINE void UnpackQ6K(const fmt::BlockQ6_K& blk, int half, size_t l, V16* w)
   for (int k = 0; k < 4; ++k) w[k] = hn::Mul(hn::Sub(w[k], bias), SubBlockScales(d16, sc, 2 * k + s));
 }
 
+#if HWY_TARGET == HWY_AVX3_DL
+// Q6_K with VNNI. Per half (128 elements) of a super-block, the 6-bit quants q (without the -32) as unsigned bytes
+// in two vectors of 64 elements each, in element order: vpmaddubsw with the token's int8 activations gives 32 int16
+// pair sums (at most 2 * 63 * 127) whose lanes 8j..8j+7 belong to sub-block j of the vector, and vpdpwssd adds them
+// times the signed 8-bit sub-block scales into int32. The -32 is the integer term -32 * sum_j scale_j * (sum of
+// the token's activations over sub-block j), from QuantizedTokens::sum16, one more vpdpwssd per super-block.
+// One super-block of R rows times T tokens (activations from element `base`), added to total with dd[r][t][b].
+template <int R, int T>
+HWY_INLINE void DotSuperBlockQ6KVnni(const fmt::BlockQ6_K* const* blk, const float (*dd)[T][kChunkSuper], int b,
+                                     const TokenQ* x, int64_t base, VF* total) {
+  __m512i isum[R * T];
+  __m512i scales16[R];  // the 16 sub-block scales as int16
+  for (int r = 0; r < R; ++r) {
+    scales16[r] = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk[r]->scales))));
+    const __m512i offset_scales = _mm512_slli_epi16(_mm512_sub_epi16(_mm512_setzero_si512(), scales16[r]), 5);  // -32 * scale
+    for (int t = 0; t < T; ++t) {
+      const __m512i sums = _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[t].sum16 + base / 16)));
+      isum[r * T + t] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), offset_scales, sums);
+    }
+  }
+  // int16 lanes 8j..8j+7 of a 64-element vector belong to its sub-block j: vector v of half h covers sub-blocks
+  // 8h + 4v .. 8h + 4v + 3.
+  const __m512i lanes_to_sub = _mm512_set_epi16(3, 3, 3, 3, 3, 3, 3, 3, 2, 2, 2, 2, 2, 2, 2, 2, 1, 1, 1, 1, 1, 1, 1, 1,
+                                                0, 0, 0, 0, 0, 0, 0, 0);
+  // Bits 2k..2k+1 of qh hold the high bits of element group k (32 elements each): shifts 0, 2 | 4, 6 per vector.
+  const __m512i high_shift[2] = {_mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1),
+                                 _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
+  const __m512i low4 = _mm512_set1_epi8(0x0F), low2 = _mm512_set1_epi8(0x03);
+  HWY_UNROLL(1)
+  for (int half = 0; half < 2; ++half) {
+    __m512i w[R][2], sub_scale[R][2];
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* ql = blk[r]->ql + 64 * half;
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk[r]->qh + 32 * half));
+      const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+      const __m512i low = _mm512_loadu_si512(ql);  // element groups 0 | 1 in the low nibbles, 2 | 3 in the high
+      for (int v = 0; v < 2; ++v) {
+        const __m512i nibbles = _mm512_and_si512(v == 0 ? low : _mm512_srli_epi16(low, 4), low4);
+        const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(hh, high_shift[v]), low2);
+        w[r][v] = _mm512_or_si512(nibbles, _mm512_slli_epi16(high, 4));
+        sub_scale[r][v] = _mm512_permutexvar_epi16(_mm512_add_epi16(lanes_to_sub, _mm512_set1_epi16(short(8 * half + 4 * v))),
+                                                   scales16[r]);
+      }
+    }
+    for (int t = 0; t < T; ++t) {
+      for (int v = 0; v < 2; ++v) {
+        const __m512i xv = _mm512_loadu_si512(x[t].q8 + base + 128 * half + 64 * v);
+        for (int r = 0; r < R; ++r) {
+          isum[r * T + t] = _mm512_dpwssd_epi32(isum[r * T + t], _mm512_maddubs_epi16(w[r][v], xv), sub_scale[r][v]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      total[r * T + t].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[r * T + t]), _mm512_set1_ps(dd[r][t][b]), total[r * T + t].raw);
+    }
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
 template <int R, int T>
 HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
   const fmt::BlockQ6_K* blocks[R];
@@ -696,6 +754,11 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
     }
     for (int b = 0; b < n; ++b) {
       PrefetchNextRows<R>(blocks, nb, c0 + b);
+#if HWY_TARGET == HWY_AVX3_DL
+      const fmt::BlockQ6_K* blk[R];
+      for (int r = 0; r < R; ++r) blk[r] = &blocks[r][c0 + b];
+      DotSuperBlockQ6KVnni<R, T>(blk, dd, b, x, (c0 + b) * fmt::QK_K, total);
+#else
       V32 isum[R * T];
       for (int p = 0; p < R * T; ++p) isum[p] = hn::Zero(D32());
       HWY_UNROLL(1)
@@ -709,13 +772,9 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
               const V16 xv = hn::LoadU(D16(), xq + 32 * k);
               for (int r = 0; r < R; ++r) {
                 V32& sum = isum[r * T + t];
-#if HWY_TARGET == HWY_AVX3_DL
-                sum = AddPairProducts(w[r][k], xv, sum);
-#else
                 V32 s1 = hn::Zero(D32());
                 sum = hn::ReorderWidenMulAccumulate(D32(), w[r][k], xv, sum, s1);
                 sum = hn::Add(sum, s1);
-#endif
               }
             }
           }
@@ -724,6 +783,7 @@ HWY_INLINE void DotRowsQ6K(const uint8_t* const* rows, int64_t n_in, const Token
       for (int r = 0; r < R; ++r) {
         for (int t = 0; t < T; ++t) total[r * T + t] = ScaledAdd(isum[r * T + t], dd[r][t][b], total[r * T + t]);
       }
+#endif
     }
   }
   StoreSums<R * T>(total, offset, out);
@@ -794,7 +854,8 @@ HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* ou
       const int64_t pair_lanes = (t0 + t) * block_pairs(job.n_in) * 16;
       x[t] = {job.xq.q + (t0 + t) * job.n_in,    job.xq.q8 + (t0 + t) * job.n_in,
               job.xq.scale + (t0 + t) * n_groups, job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32),
-              job.xq.pair_scale + pair_lanes,     job.xq.pair_sum + pair_lanes};
+              job.xq.pair_scale + pair_lanes,     job.xq.pair_sum + pair_lanes,
+              job.xq.sum16 + (t0 + t) * (job.n_in / 16)};
     }
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
       DotRowsQ45K<kType, R, T>(rows, job.n_in, x, out);
@@ -1105,7 +1166,8 @@ HWY_INLINE void SetPairLanes(int64_t at, float scale, int sum, float* pair_scale
 #endif
 
 void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::ActivationFormat format, int16_t* q,
-                    int8_t* q8, float* scale, float* scaled_sum32, float* pair_scale, int32_t* pair_sum) {
+                    int8_t* q8, float* scale, float* scaled_sum32, float* pair_scale, int32_t* pair_sum,
+                    int16_t* sum16) {
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
@@ -1142,6 +1204,13 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
         scaled_sum32[t * (n_in / 32) + (g * group + k) / 32] = fmt::activation_sum32(format, s, sum);
 #if HWY_TARGET == HWY_AVX3_DL
         if (group == 32) SetPairLanes(t * block_pairs(n_in) * 16 + g * 8, s.scale, sum, pair_scale, pair_sum);
+        if (group == 256) {
+          for (int64_t i = k; i < k + 32; i += 16) {
+            int sum_of_16 = 0;
+            for (int64_t j = i; j < i + 16; ++j) sum_of_16 += q8t[g * group + j];
+            sum16[t * (n_in / 16) + (g * group + i) / 16] = int16_t(sum_of_16);
+          }
+        }
 #endif
       }
     }

@@ -51,7 +51,8 @@ struct ActivationScratch {
   std::vector<float> scale, scaled_sum32;
   hwy::AlignedFreeUniquePtr<float[]> pair_scale;
   hwy::AlignedFreeUniquePtr<int32_t[]> pair_sum;
-  size_t q_capacity = 0, pair_scale_capacity = 0, pair_sum_capacity = 0;
+  hwy::AlignedFreeUniquePtr<int16_t[]> sum16;
+  size_t q_capacity = 0, pair_scale_capacity = 0, pair_sum_capacity = 0, sum16_capacity = 0;
 
   // Prompts are quantized in parallel, in chunks of tokens.
   QuantizedTokens quantize(ThreadPool& pool, const float* x, int64_t n_in, int64_t n_tokens,
@@ -71,6 +72,7 @@ struct ActivationScratch {
     const size_t n_pair_lanes = size_t(n_tokens * block_pairs(n_in) * 16);
     grow(pair_scale, pair_scale_capacity, n_pair_lanes);
     grow(pair_sum, pair_sum_capacity, n_pair_lanes);
+    grow(sum16, sum16_capacity, size_t(n_tokens * (n_in / 16)));
     const auto quantize_tokens = HWY_DYNAMIC_DISPATCH(QuantizeTokens);
     const int64_t groups = n_in / group, sums = n_in / 32, pair_lanes = block_pairs(n_in) * 16;
     const int64_t chunk = std::max<int64_t>(1, 16384 / n_in);  // tokens per task: ~64 KiB of floats
@@ -78,10 +80,10 @@ struct ActivationScratch {
       const int64_t t0 = task * chunk, n = std::min(chunk, n_tokens - t0);
       quantize_tokens(x + t0 * n_in, n_in, n, format, q.get() + t0 * n_in, q8.get() + t0 * n_in,
                       scale.data() + t0 * groups, scaled_sum32.data() + t0 * sums, pair_scale.get() + t0 * pair_lanes,
-                      pair_sum.get() + t0 * pair_lanes);
+                      pair_sum.get() + t0 * pair_lanes, sum16.get() + t0 * (n_in / 16));
     });
-    return QuantizedTokens{group,           q.get(),          q8.get(), scale.data(), scaled_sum32.data(),
-                           pair_scale.get(), pair_sum.get()};
+    return QuantizedTokens{group,           q.get(),          q8.get(),   scale.data(), scaled_sum32.data(),
+                           pair_scale.get(), pair_sum.get(), sum16.get()};
   }
 
   std::vector<float> rounded;

@@ -22,6 +22,8 @@ struct QuantizedTokens {
   // the last 8 block 2p + 1's (zero past the last block).
   const float* pair_scale = nullptr;  // [n_tokens][n_pairs][16]: each block's scale in its 8 lanes
   const int32_t* pair_sum = nullptr;  // [n_tokens][n_pairs][16]: sum of q in lanes 0 and 8, zero elsewhere
+  // For the VNNI kernel of Q6_K (written only on that target, for group 256): sum of q over each 16 elements.
+  const int16_t* sum16 = nullptr;     // [n_tokens][n_in / 16]
 };
 
 // Pairs of 32-element blocks per token in QuantizedTokens::pair_scale and pair_sum.
