@@ -8,7 +8,7 @@
 //  - few tokens (decode): a micro-kernel of kRows rows x up to kTile tokens walks each row once; a block is
 //    unpacked once for all tokens of the tile, an activation vector loaded once for all rows;
 //  - prompts: a GEMM with tokens in the vector lanes (see "Prompt processing" below), each row unpacked once
-//    per task and used for every token.
+//    per task and used for every token (on AVX3_DL as int8 by vpdpbusd: "The GEMM with VNNI").
 // On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
 // Q4_K/Q5_K multiply bytes instead: 64 quants per vector, by vpdpbusd (see "Legacy blocks with VNNI") or by
 // vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni, DotSuperBlockQ6KVnni).
@@ -400,7 +400,7 @@ HWY_INLINE void DotRowsLegacyVnni(const typename Legacy<kType>::Block* const* bl
       const __m512 d_x = _mm512_loadu_ps(x[t].pair_scale + b * 8);
       for (int r = 0; r < R; ++r) {
         const __m512i dot = kSigned ? _mm512_dpbusd_epi32(row_start[r], xv, w[r]) : _mm512_dpbusd_epi32(token_start, w[r], xv);
-        total[r * T + t].raw = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(dot), d_w[r]), d_x, total[r * T + t].raw);
+        total[r * T + t].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(d_w[r], d_x), total[r * T + t].raw);
       }
     }
   }
@@ -947,10 +947,24 @@ void PackTokenVectors(const QuantizedTokens& xq, int64_t n_in, int64_t tv_begin,
   const int64_t n_pairs = n_in / 2, n_groups = n_in / xq.group, n_sums = n_in / 32;
   for (int64_t tv = tv_begin; tv < tv_end; ++tv) {
     int16_t* q_out = out.q + tv * n_pairs * 2 * NT;
+#if HWY_TARGET == HWY_AVX3_DL
+    (void)q_out;
+    uint8_t* q8u_out = out.q8u + tv * n_in * NT;
+#endif
     for (int64_t t = 0; t < NT; ++t) {
       const int64_t token = tv * NT + t;
+#if HWY_TARGET == HWY_AVX3_DL
+      const int8_t* q8_in = xq.q8 + token * n_in;
+      for (int64_t p = 0; p < n_in / 4; ++p) {
+        uint32_t quad;
+        std::memcpy(&quad, q8_in + 4 * p, 4);
+        quad ^= 0x80808080u;  // x + 128
+        std::memcpy(q8u_out + 4 * (p * NT + t), &quad, 4);
+      }
+#else
       const int16_t* q_in = xq.q + token * n_in;
       for (int64_t p = 0; p < n_pairs; ++p) std::memcpy(q_out + 2 * (p * NT + t), q_in + 2 * p, 4);
+#endif
       for (int64_t g = 0; g < n_groups; ++g) out.scale[(tv * n_groups + g) * NT + t] = xq.scale[token * n_groups + g];
       for (int64_t j = 0; j < n_sums; ++j) out.sums[(tv * n_sums + j) * NT + t] = xq.scaled_sum32[token * n_sums + j];
     }
@@ -1089,15 +1103,188 @@ HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, con
   }
 }
 
-// Scratch for R unpacked rows, per thread: grown as needed.
+#if HWY_TARGET == HWY_AVX3_DL
+// The GEMM with VNNI. Weights are the signed operand of vpdpbusd, broadcast four at a time, with their constant
+// offsets applied (Q4_0 q - 8, Q5_0 q - 16, Q6_K q - 32, Q8_0 as stored; Q4_1/Q5_1/Q4_K/Q5_K unsigned, their
+// mins a float term as before); the activations are the unsigned operand, x + 128, as PackedTokens q8u lays them
+// out: one vector holds an element quad of 16 tokens. A sub-group of G elements (a block; a K-quant sub-block:
+// 32, Q6_K's 16) is summed in int32 from -128 * (sum of its weights), so that the +128 cancels; K-quant sub-group
+// sums are multiplied by their integer sub-block scales and added in int32 over the super-block, as ggml does,
+// and each block or super-block is weighed once by d_w * d_x.
+
+constexpr int GemmSubGroup(TensorType type) { return type == TensorType::Q6_K ? 16 : 32; }
+constexpr bool IsKQuant(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
+}
+
+// One weight row for the VNNI GEMM: w[n_in] int8; per sub-group its int32 start value and (K-quants) integer
+// sub-block scale; per block or super-block the float scale d; per 32 elements the min (types with mins).
+template <TensorType kType>
+HWY_INLINE void UnpackRowForGemmVnni(const uint8_t* row, int64_t n_in, int8_t* w, float* scale, int32_t* start,
+                                     int32_t* sub_scale, float* min) {
+  constexpr int G = GemmSubGroup(kType);
+  if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+    constexpr bool kFive = kType == TensorType::Q5_K;
+    using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
+    const auto* blocks = reinterpret_cast<const Block*>(row);
+    for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
+      const Block& blk = blocks[b];
+      scale[b] = ScaleF16(blk.d);
+      uint8_t sc[8], m[8];
+      UnpackScalesMinsK4(blk.scales, sc, m);
+      ScaleEight(m, -ScaleF16(blk.dmin), min + 8 * b);
+      for (int j = 0; j < 8; ++j) sub_scale[8 * b + j] = sc[j];
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * chunk));
+        __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
+        v = _mm512_and_si512(_mm512_mask_blend_epi64(0xF0, v, _mm512_srli_epi16(v, 4)), _mm512_set1_epi8(0x0F));
+        if constexpr (kFive) {  // as in DotSuperBlockQ45KVnni
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
+          const __m512i select = _mm512_inserti64x4(_mm512_set1_epi8(char(1 << (2 * chunk))),
+                                                    _mm256_set1_epi8(char(1 << (2 * chunk + 1))), 1);
+          const __mmask64 fifth = _mm512_test_epi8_mask(_mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1), select);
+          v = _mm512_mask_add_epi8(v, fifth, v, _mm512_set1_epi8(16));
+        }
+        _mm512_storeu_si512(w + b * fmt::QK_K + 64 * chunk, v);
+      }
+    }
+  } else if constexpr (kType == TensorType::Q6_K) {
+    const auto* blocks = reinterpret_cast<const fmt::BlockQ6_K*>(row);
+    const __m512i high_shift[2] = {_mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1),
+                                   _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(6), 1)};
+    for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
+      const fmt::BlockQ6_K& blk = blocks[b];
+      scale[b] = ScaleF16(blk.d);
+      for (int j = 0; j < 16; ++j) sub_scale[16 * b + j] = blk.scales[j];
+      for (int half = 0; half < 2; ++half) {  // layout: see DotSuperBlockQ6KVnni
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh + 32 * half));
+        const __m512i hh = _mm512_inserti64x4(_mm512_castsi256_si512(h), h, 1);
+        const __m512i low = _mm512_loadu_si512(blk.ql + 64 * half);
+        for (int v = 0; v < 2; ++v) {
+          const __m512i nibbles = _mm512_and_si512(v == 0 ? low : _mm512_srli_epi16(low, 4), _mm512_set1_epi8(0x0F));
+          const __m512i high = _mm512_and_si512(_mm512_srlv_epi16(hh, high_shift[v]), _mm512_set1_epi8(0x03));
+          const __m512i q = _mm512_or_si512(nibbles, _mm512_slli_epi16(high, 4));
+          _mm512_storeu_si512(w + b * fmt::QK_K + 128 * half + 64 * v, _mm512_sub_epi8(q, _mm512_set1_epi8(32)));
+        }
+      }
+    }
+  } else {
+    using L = Legacy<kType>;
+    const auto* blocks = reinterpret_cast<const typename L::Block*>(row);
+    const hn::Rebind<int8_t, D16> d8;
+    for (int64_t b = 0; b < n_in / 32; ++b) {
+      V16 q[kVecs32];
+      L::Unpack(blocks[b], q);
+      for (size_t k = 0; k < kVecs32; ++k) {
+        hn::StoreU(hn::DemoteTo(d8, hn::Add(q[k], hn::Set(D16(), int16_t(L::kOffset)))), d8, w + 32 * b + k * kLanes);
+      }
+      scale[b] = ScaleF16(blocks[b].d);
+      if constexpr (L::kHasMin) min[b] = ScaleF16(L::Min(blocks[b]));
+    }
+  }
+  // -128 * the sum of each sub-group's weights (vpdpbusd against ones sums four per lane).
+  for (int64_t g = 0; g < n_in / G; ++g) {
+    const __m512i v = _mm512_maskz_loadu_epi8((__mmask64(1) << G) - 1, w + g * G);
+    start[g] = -128 * _mm512_reduce_add_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), v));
+  }
+}
+
+// R unpacked rows times kGemmVecs token vectors: out[r][v * kTokensPerVec + lane].
+template <TensorType kType, int R>
+HWY_INLINE void GemmTileVnni(const int8_t* const* w, const float* const* scale, const int32_t* const* start,
+                             const int32_t* const* sub_scale, const float* const* min, int64_t n_in,
+                             const PackedTokens& x, int64_t tv0, float (*out)[kGemmVecs * kTokensPerVec]) {
+  constexpr int V = kGemmVecs;
+  constexpr int64_t NT = int64_t(kTokensPerVec);
+  constexpr int G = GemmSubGroup(kType);
+  constexpr int kScaleGroup = IsKQuant(kType) ? fmt::QK_K : 32;  // elements per float scale d
+  constexpr int kSubGroups = kScaleGroup / G;
+  constexpr int kGroup = fmt::activation_group(fmt::find_weight_format(kType)->activation);
+  static_assert(kGroup == kScaleGroup, "one activation scale per weight scale");
+  const int64_t n_groups = n_in / kGroup, n_sums = n_in / 32;
+  const uint8_t* xq[V];
+  const float* xscale[V];
+  for (int v = 0; v < V; ++v) {
+    xq[v] = x.q8u + (tv0 + v) * n_in * NT;
+    xscale[v] = x.scale + (tv0 + v) * n_groups * NT;
+  }
+  __m512 acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+  }
+  for (int64_t g = 0; g < n_groups; ++g) {
+    __m512i total[R][V];
+    for (int sub = 0; sub < kSubGroups; ++sub) {
+      const int64_t j = g * kSubGroups + sub;
+      __m512i isum[R][V];
+      for (int r = 0; r < R; ++r) {
+        const __m512i s = _mm512_set1_epi32(start[r][j]);
+        for (int v = 0; v < V; ++v) isum[r][v] = s;
+      }
+      for (int quad = 0; quad < G / 4; ++quad) {
+        const int64_t e = j * G + 4 * quad;
+        __m512i xv[V];
+        for (int v = 0; v < V; ++v) xv[v] = _mm512_loadu_si512(xq[v] + e * NT);
+        for (int r = 0; r < R; ++r) {
+          int32_t quad_w;
+          std::memcpy(&quad_w, w[r] + e, 4);
+          const __m512i wb = _mm512_set1_epi32(quad_w);
+          for (int v = 0; v < V; ++v) isum[r][v] = _mm512_dpbusd_epi32(isum[r][v], xv[v], wb);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        for (int v = 0; v < V; ++v) {
+          if constexpr (kSubGroups == 1) {
+            total[r][v] = isum[r][v];
+          } else {
+            const __m512i scaled = _mm512_mullo_epi32(isum[r][v], _mm512_set1_epi32(sub_scale[r][j]));
+            total[r][v] = sub == 0 ? scaled : _mm512_add_epi32(total[r][v], scaled);
+          }
+        }
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m512 dx = _mm512_loadu_ps(xscale[v] + g * NT);
+      for (int r = 0; r < R; ++r) {
+        acc[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[r][v]), _mm512_mul_ps(_mm512_set1_ps(scale[r][g]), dx), acc[r][v]);
+      }
+    }
+  }
+  if constexpr (kGemmHasMin<kType>) {
+    for (int v = 0; v < V; ++v) {
+      const float* sums = x.sums + (tv0 + v) * n_sums * NT;
+      for (int64_t j = 0; j < n_sums; ++j) {
+        const __m512 xs = _mm512_loadu_ps(sums + j * NT);
+        for (int r = 0; r < R; ++r) acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(min[r][j]), xs, acc[r][v]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) _mm512_storeu_ps(out[r] + v * NT, acc[r][v]);
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX3_DL
+
+// Scratch for R unpacked rows, per thread: grown as needed. Scales and starts per 16 elements at most.
 struct GemmRowScratch {
+#if HWY_TARGET == HWY_AVX3_DL
+  hwy::AlignedFreeUniquePtr<int8_t[]> w;
+  hwy::AlignedFreeUniquePtr<int32_t[]> start, sub_scale;
+#else
   hwy::AlignedFreeUniquePtr<int16_t[]> w;
+#endif
   hwy::AlignedFreeUniquePtr<float[]> scale, min;
   int64_t capacity = 0;
   void Reserve(int64_t n_in) {
     if (n_in <= capacity) return;
+#if HWY_TARGET == HWY_AVX3_DL
+    w = hwy::AllocateAligned<int8_t>(size_t(kGemmRows * n_in));
+    start = hwy::AllocateAligned<int32_t>(size_t(kGemmRows * (n_in / 16)));
+    sub_scale = hwy::AllocateAligned<int32_t>(size_t(kGemmRows * (n_in / 16)));
+#else
     w = hwy::AllocateAligned<int16_t>(size_t(kGemmRows * n_in));
-    scale = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 32)));
+#endif
+    scale = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 16)));
     min = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 32)));
     capacity = n_in;
   }
@@ -1108,21 +1295,42 @@ HWY_INLINE void GemmRowBlock(const MatmulJob& job, const PackedTokens& x, int64_
                              int64_t tv_end, GemmRowScratch& scratch) {
   constexpr int kGroup = fmt::activation_group(fmt::find_weight_format(kType)->activation);
   const int64_t n_in = job.n_in, NT = int64_t(kTokensPerVec);
-  const int16_t* w[R];
   const float* scale[R];
   const float* min[R];
+#if HWY_TARGET == HWY_AVX3_DL
+  const int8_t* w[R];
+  const int32_t* start[R];
+  const int32_t* sub_scale[R];
+#else
+  const int16_t* w[R];
+#endif
   for (int r = 0; r < R; ++r) {
-    int16_t* w_r = scratch.w.get() + r * n_in;
-    float* scale_r = scratch.scale.get() + r * (n_in / 32);
+    float* scale_r = scratch.scale.get() + r * (n_in / 16);
     float* min_r = scratch.min.get() + r * (n_in / 32);
-    UnpackRowForGemm<kType>(job.weights + (row + r) * job.row_bytes, n_in, w_r, scale_r, min_r);
+    const uint8_t* row_bytes = job.weights + (row + r) * job.row_bytes;
+#if HWY_TARGET == HWY_AVX3_DL
+    int8_t* w_r = scratch.w.get() + r * n_in;
+    int32_t* start_r = scratch.start.get() + r * (n_in / 16);
+    int32_t* sub_scale_r = scratch.sub_scale.get() + r * (n_in / 16);
+    UnpackRowForGemmVnni<kType>(row_bytes, n_in, w_r, scale_r, start_r, sub_scale_r, min_r);
+    start[r] = start_r;
+    sub_scale[r] = sub_scale_r;
+#else
+    int16_t* w_r = scratch.w.get() + r * n_in;
+    UnpackRowForGemm<kType>(row_bytes, n_in, w_r, scale_r, min_r);
+#endif
     w[r] = w_r;
     scale[r] = scale_r;
     min[r] = min_r;
   }
   HWY_ALIGN float out[R][kGemmVecs * kTokensPerVec];
   for (int64_t tv = tv_begin; tv + kGemmVecs <= tv_end; tv += kGemmVecs) {
+#if HWY_TARGET == HWY_AVX3_DL
+    (void)kGroup;
+    GemmTileVnni<kType, R>(w, scale, start, sub_scale, min, n_in, x, tv, out);
+#else
     GemmTile<kType, R, kGroup>(w, scale, min, n_in, x, tv, out);
+#endif
     for (int r = 0; r < R; ++r) {
       for (int64_t i = 0; i < kGemmVecs * NT; ++i) job.y[(tv * NT + i) * job.n_out + row + r] = out[r][i];
     }

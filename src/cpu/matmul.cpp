@@ -96,13 +96,15 @@ struct ActivationScratch {
   // Buffers for n_tokens packed tokens.
   hwy::AlignedFreeUniquePtr<int16_t[]> packed_q;
   hwy::AlignedFreeUniquePtr<float[]> packed_scale, packed_sums;
-  size_t packed_q_capacity = 0, packed_scale_capacity = 0, packed_sums_capacity = 0;
+  hwy::AlignedFreeUniquePtr<uint8_t[]> packed_q8u;
+  size_t packed_q_capacity = 0, packed_scale_capacity = 0, packed_sums_capacity = 0, packed_q8u_capacity = 0;
 
   PackedTokens packed(int64_t n_tokens, int64_t n_in, int group) {
     grow(packed_q, packed_q_capacity, size_t(n_tokens * n_in));
     grow(packed_scale, packed_scale_capacity, size_t(n_tokens * (n_in / group)));
     grow(packed_sums, packed_sums_capacity, size_t(n_tokens * (n_in / 32)));
-    return PackedTokens{packed_q.get(), packed_scale.get(), packed_sums.get()};
+    grow(packed_q8u, packed_q8u_capacity, size_t(n_tokens * n_in));
+    return PackedTokens{packed_q.get(), packed_scale.get(), packed_sums.get(), packed_q8u.get()};
   }
 
   template <typename T>

@@ -34,10 +34,13 @@ constexpr int64_t block_pairs(int64_t n_in) { return (n_in / 32 + 1) / 2; }
 //   q:     [tv][n_in / 2][n][2] int16: element pair (2p, 2p + 1) of each of the n tokens side by side
 //   scale: [tv][n_in / group][n] float
 //   sums:  [tv][n_in / 32][n] float (scaled_sum32)
+//   q8u:   [tv][n_in / 4][n][4] uint8: x + 128, element quad (4p .. 4p + 3) of each of the n tokens side by side
+//          (the VNNI GEMM's layout; written only on that target)
 struct PackedTokens {
   int16_t* q;
   float* scale;
   float* sums;
+  uint8_t* q8u;
 };
 
 // Token vectors per GEMM tile: the GEMM runs on whole tiles.
