@@ -157,7 +157,7 @@ TEST(Parity, DefaultModelWithF16CacheWithinRegressionBound) {
 // versus token by token (its GEMM and GEMV paths sum in different orders; 8-bit activation quantization turns
 // those last-bit differences into percent-level logit differences). Sparrow must be no further from llama.cpp
 // than that (25% margin for other CPUs' kernels). Measured on the 2-core machine (max over positions of
-// max|diff| / max|logit|): this prompt, llama.cpp vs itself 0.0555, Sparrow vs llama.cpp 0.0548; 64 arbitrary ids
+// max|diff| / max|logit|): this prompt, llama.cpp vs itself 0.0555, Sparrow vs llama.cpp 0.0594 (0.0548 before the int8 GEMM); 64 arbitrary ids
 // (2 + 3701 i), 0.138 and 0.124.
 TEST(Parity, DefaultModelAsCloseToLlamaCppAsLlamaCppIsToItself) {
   REQUIRE_PEER();
