@@ -944,12 +944,12 @@ size_t GemmTokensPerVector() { return kLanes >= 8 ? kTokensPerVec : 0; }
 void PackTokenVectors(const QuantizedTokens& xq, int64_t n_in, int64_t tv_begin, int64_t tv_end,
                       const PackedTokens& out) {
   const int64_t NT = int64_t(kTokensPerVec);
-  const int64_t n_pairs = n_in / 2, n_groups = n_in / xq.group, n_sums = n_in / 32;
+  const int64_t n_groups = n_in / xq.group, n_sums = n_in / 32;
   for (int64_t tv = tv_begin; tv < tv_end; ++tv) {
-    int16_t* q_out = out.q + tv * n_pairs * 2 * NT;
 #if HWY_TARGET == HWY_AVX3_DL
-    (void)q_out;
     uint8_t* q8u_out = out.q8u + tv * n_in * NT;
+#else
+    int16_t* q_out = out.q + tv * n_in * NT;
 #endif
     for (int64_t t = 0; t < NT; ++t) {
       const int64_t token = tv * NT + t;
@@ -963,12 +963,22 @@ void PackTokenVectors(const QuantizedTokens& xq, int64_t n_in, int64_t tv_begin,
       }
 #else
       const int16_t* q_in = xq.q + token * n_in;
-      for (int64_t p = 0; p < n_pairs; ++p) std::memcpy(q_out + 2 * (p * NT + t), q_in + 2 * p, 4);
+      for (int64_t p = 0; p < n_in / 2; ++p) std::memcpy(q_out + 2 * (p * NT + t), q_in + 2 * p, 4);
 #endif
       for (int64_t g = 0; g < n_groups; ++g) out.scale[(tv * n_groups + g) * NT + t] = xq.scale[token * n_groups + g];
       for (int64_t j = 0; j < n_sums; ++j) out.sums[(tv * n_sums + j) * NT + t] = xq.scaled_sum32[token * n_sums + j];
     }
   }
+}
+
+// A Q4_K/Q5_K super-block's scales for the GEMM: returns d; the 6-bit sub-block scales to sc[8], the mins as
+// floats (-dmin * m) to min[8].
+template <class Block>
+HWY_INLINE float UnpackQ45KScales(const Block& blk, uint8_t* sc, float* min) {
+  uint8_t m[8];
+  UnpackScalesMinsK4(blk.scales, sc, m);
+  ScaleEight(m, -ScaleF16(blk.dmin), min);
+  return ScaleF16(blk.d);
 }
 
 // One weight row as the GEMM wants it: w[n_in] int16; scale[g] per group (32 elements for legacy types, 256
@@ -982,10 +992,8 @@ HWY_INLINE void UnpackRowForGemm(const uint8_t* row, int64_t n_in, int16_t* w, f
     const auto* blocks = reinterpret_cast<const Block*>(row);
     for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
       const Block& blk = blocks[b];
-      scale[b] = ScaleF16(blk.d);
-      uint8_t sc[8], m[8];
-      UnpackScalesMinsK4(blk.scales, sc, m);
-      ScaleEight(m, -ScaleF16(blk.dmin), min + 8 * b);
+      uint8_t sc[8];
+      scale[b] = UnpackQ45KScales(blk, sc, min + 8 * b);
       for (int chunk = 0; chunk < 4; ++chunk) {
         for (size_t k = 0; k < 32; k += kLanes) {
           const V16 bytes = LoadBytes(d16, blk.qs + 32 * chunk + k);
@@ -1129,10 +1137,8 @@ HWY_INLINE void UnpackRowForGemmVnni(const uint8_t* row, int64_t n_in, int8_t* w
     const auto* blocks = reinterpret_cast<const Block*>(row);
     for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
       const Block& blk = blocks[b];
-      scale[b] = ScaleF16(blk.d);
-      uint8_t sc[8], m[8];
-      UnpackScalesMinsK4(blk.scales, sc, m);
-      ScaleEight(m, -ScaleF16(blk.dmin), min + 8 * b);
+      uint8_t sc[8];
+      scale[b] = UnpackQ45KScales(blk, sc, min + 8 * b);
       for (int j = 0; j < 8; ++j) sub_scale[8 * b + j] = sc[j];
       for (int chunk = 0; chunk < 4; ++chunk) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * chunk));
@@ -1387,9 +1393,10 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
   const int64_t n_groups = n_in / group;
   for (int64_t t = 0; t < n_tokens; ++t) {
     const float* xt = x + t * n_in;
-    int16_t* qt = q + t * n_in;
 #if HWY_TARGET == HWY_AVX3_DL
     int8_t* q8t = q8 + t * n_in;
+#else
+    int16_t* qt = q + t * n_in;
 #endif
     for (int64_t g = 0; g < n_groups; ++g) {
       const float* xg = xt + g * group;
@@ -1403,9 +1410,10 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
         for (int64_t i = k; i < k + 32; i += N) {
           const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xg + i), inv));
           vsum = hn::Add(vsum, qi);
-          hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
 #if HWY_TARGET == HWY_AVX3_DL
-          hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);  // only the VNNI kernels read bytes
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);  // the VNNI kernels read bytes only
+#else
+          hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
 #endif
         }
         const int sum = int(hn::GetLane(hn::SumOfLanes(di, vsum)));

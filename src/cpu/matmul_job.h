@@ -13,7 +13,7 @@ namespace sparrow::cpu {
 // are kept widened to int16 so that the kernels multiply pairs of int16 without unpacking activations.
 struct QuantizedTokens {
   int group = 0;                  // elements per scale: 32 or 256
-  const int16_t* q = nullptr;     // [n_tokens][n_in], each in [-127, 127]
+  const int16_t* q = nullptr;     // [n_tokens][n_in], each in [-127, 127] (not written on the VNNI target)
   const int8_t* q8 = nullptr;     // the same values as bytes, for the VNNI kernels (written only on that target)
   const float* scale = nullptr;   // [n_tokens][n_in / group]
   const float* scaled_sum32 = nullptr;  // [n_tokens][n_in / 32]: scale * (sum of q) over each 32 elements
@@ -31,7 +31,8 @@ constexpr int64_t block_pairs(int64_t n_in) { return (n_in / 32 + 1) / 2; }
 
 // Activations packed for the prompt-processing GEMM, per vector of n tokens ("token vector" tv; n is the
 // target's GemmTokensPerVector()):
-//   q:     [tv][n_in / 2][n][2] int16: element pair (2p, 2p + 1) of each of the n tokens side by side
+//   q:     [tv][n_in / 2][n][2] int16: element pair (2p, 2p + 1) of each of the n tokens side by side (not on
+//          the VNNI target, which packs q8u instead)
 //   scale: [tv][n_in / group][n] float
 //   sums:  [tv][n_in / 32][n] float (scaled_sum32)
 //   q8u:   [tv][n_in / 4][n][4] uint8: x + 128, element quad (4p .. 4p + 3) of each of the n tokens side by side
