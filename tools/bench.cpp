@@ -159,13 +159,23 @@ class DepthKeeper {
   std::mt19937& rng_;
 };
 
-// Seconds to decode `tokens` as one prompt (pp) or one token at a time (tg).
+void synchronize_or_throw(sparrow_context* ctx) {
+  if (sparrow_synchronize(ctx) != 0) throw Error(sparrow_last_error());
+}
+
+// Seconds to decode `tokens` as one prompt (pp) or one token at a time (tg). A decode may return with its work
+// still queued on a GPU: the clock starts on an idle device and each decode is waited for, as llama-bench does.
 double time_decode(sparrow_context* ctx, const std::vector<sparrow_token>& tokens, bool one_at_a_time) {
+  synchronize_or_throw(ctx);
   auto t0 = std::chrono::steady_clock::now();
   if (one_at_a_time) {
-    for (sparrow_token t : tokens) decode_or_throw(ctx, {t});
+    for (sparrow_token t : tokens) {
+      decode_or_throw(ctx, {t});
+      synchronize_or_throw(ctx);
+    }
   } else {
     decode_or_throw(ctx, tokens);
+    synchronize_or_throw(ctx);
   }
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -192,7 +192,8 @@ std::string generate(sparrow_context* ctx, const std::vector<sparrow_token>& pro
   sparrow_sampler* sampler = sparrow_sampler_new({s.temperature, s.top_k, s.top_p, s.min_p, s.seed});
   std::unique_ptr<sparrow_sampler, void (*)(sparrow_sampler*)> owner(sampler, sparrow_sampler_free);
   auto t0 = std::chrono::steady_clock::now();
-  if (sparrow_decode(ctx, prompt.data(), int32_t(prompt.size()), 0) != 0) throw Error(sparrow_last_error());
+  if (sparrow_decode(ctx, prompt.data(), int32_t(prompt.size()), 0) != 0 || sparrow_synchronize(ctx) != 0)
+    throw Error(sparrow_last_error());
   stats.prompt_tokens += int32_t(prompt.size());
   stats.prompt_seconds += seconds_since(t0);
 

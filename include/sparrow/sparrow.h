@@ -105,6 +105,9 @@ int sparrow_context_truncate(sparrow_context* ctx, int32_t n_past);
 /* Appends n tokens at the current position and runs the model. With all_logits, logits for every one of the
  * n positions are kept; otherwise only for the last. Returns 0, or -1 (context full, bad token id, ...). */
 int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n, int all_logits);
+/* sparrow_decode may return once its work is queued on a GPU (reading logits or sampling waits for it): this
+ * waits until that work has finished, as timing a decode needs. Immediate on the CPU. Returns 0, or -1. */
+int sparrow_synchronize(sparrow_context* ctx);
 /* Logits of position i of the last decode (i = -1: the last position); n_vocab floats, owned by ctx. */
 const float* sparrow_get_logits(const sparrow_context* ctx, int32_t i);
 

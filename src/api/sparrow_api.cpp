@@ -245,6 +245,13 @@ int sparrow_decode(sparrow_context* ctx, const sparrow_token* tokens, int32_t n,
   });
 }
 
+int sparrow_synchronize(sparrow_context* ctx) {
+  return guarded<int>(-1, [&] {
+    ctx->session->synchronize();
+    return 0;
+  });
+}
+
 const float* sparrow_get_logits(const sparrow_context* ctx, int32_t i) {
   return guarded<const float*>(nullptr, [&] { return ctx->session->logits(i); });
 }

@@ -60,7 +60,7 @@ class CudaBackend final : public Backend {
   void mean_rows(const float* x, int64_t n_rows, int64_t row_len, float* out) override;
   // One token id from n_vocab logits in device memory, chosen as the CPU sampler chooses for the same u.
   int32_t sample(const float* logits, int64_t n_vocab, const SamplingParams& params, float u) override;
-  void synchronize();
+  void synchronize() override;
 
   void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override;
   // ids are host memory; they are checked against the vocabulary and copied to the device.

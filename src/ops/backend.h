@@ -66,6 +66,9 @@ class Backend {
   virtual void begin_pass(bool record) { (void)record; }
   virtual bool end_pass() { return true; }
   virtual void cancel_pass() {}
+  // Waits until every op issued so far has finished. Ops may return once their work is queued on a device;
+  // only a read (and sample) waits for it. What timing needs; a no-op where ops run as they are called.
+  virtual void synchronize() {}
 
   // Buffers. alloc returns zeroed memory owned by the backend until free_buffer.
   virtual float* alloc(size_t n_floats) = 0;

@@ -57,6 +57,7 @@ class Session {
   // The next token from the last decode's last row, drawn with `sampler` on the session's backend (on a GPU
   // only the id is copied back).
   int32_t sample(Sampler& sampler);
+  void synchronize() { backend_->synchronize(); }  // the last decode's work has finished on the device
   int32_t n_logit_rows() const { return n_logit_rows_; }
   int32_t n_past() const { return n_past_; }
   int32_t n_ctx() const { return cache_->n_ctx(); }

@@ -196,6 +196,7 @@ static void test_generate(void) {
   /* Step by step, as the callback-free API does it. */
   sparrow_context* by_hand = new_context(64, 8, "f16");
   CHECK(sparrow_decode(by_hand, prompt, 10, 0) == 0, "%s", sparrow_last_error());
+  CHECK(sparrow_synchronize(by_hand) == 0, "%s", sparrow_last_error());
   sparrow_token expected[6];
   for (int i = 0; i < 6; ++i) {
     expected[i] = sparrow_sample_next(by_hand, greedy);

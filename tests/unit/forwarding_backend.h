@@ -17,6 +17,7 @@ class ForwardingBackend : public Backend {
   void begin_pass(bool record) override { inner_->begin_pass(record); }
   bool end_pass() override { return inner_->end_pass(); }
   void cancel_pass() override { inner_->cancel_pass(); }
+  void synchronize() override { inner_->synchronize(); }
   float* alloc(size_t n) override { return inner_->alloc(n); }
   void* alloc_bytes(size_t n) override { return inner_->alloc_bytes(n); }
   void free_buffer(void* p) override { inner_->free_buffer(p); }
