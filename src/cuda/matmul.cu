@@ -11,7 +11,8 @@
 
 #include "cuda/activations.h"
 #include "cuda/cuda_check.h"
-#include "cuda/matmul_mma.h"
+#include "cuda/matmul_int8.h"
+#include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
 #include "formats/weight_int8.h"
 #include "util/error.h"
@@ -75,25 +76,6 @@ constexpr size_t gemv_shared_bytes(int64_t n_tokens) {
   return size_t(n_tokens) * kGemvChunk * sizeof(float) + size_t(kGemvWarps) * kStagingBytes<T>;
 }
 static_assert(gemv_shared_bytes<TensorType::F32>(kMaxGemvTokens) <= 48 * 1024, "fits the default shared memory");
-
-// Copies n bytes from global src to shared dst, where dst and src are equal modulo 16 (so that block fields keep
-// their alignment): the 16-byte granules wholly inside [src, src + n) move as one 16-byte load per lane, the
-// ragged ends (fewer than 16 bytes each) byte by byte. Warp-cooperative.
-__device__ void stage_row_bytes(uint8_t* dst, const uint8_t* src, int n, int lane) {
-  const uintptr_t begin = reinterpret_cast<uintptr_t>(src), end = begin + uintptr_t(n);
-  const uintptr_t first = (begin + 15) & ~uintptr_t(15), last = end & ~uintptr_t(15);
-  if (first >= last) {
-    for (int i = lane; i < n; i += kWarp) dst[i] = src[i];
-    return;
-  }
-  const int head = int(first - begin), tail = int(end - last);
-  const int granules = int((last - first) / 16);
-  const uint4* from = reinterpret_cast<const uint4*>(first);
-  uint4* to = reinterpret_cast<uint4*>(dst + head);
-  for (int i = lane; i < granules; i += kWarp) to[i] = __ldg(from + i);
-  if (lane < head) dst[lane] = src[lane];
-  if (lane < tail) dst[n - tail + lane] = src[n - tail + lane];
-}
 
 // x_tile[t][i] = x[t][c0 + i] for i < n; coalesced over the CTA's threads.
 __device__ void stage_activations(const float* __restrict__ x, int64_t n_in, int n_tokens, int64_t c0, int n,
@@ -164,7 +146,7 @@ void launch_gemv(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, co
 
 // ---------------------------------------------------------------------------------------------------------
 // Prefill path for the float types: cuBLAS. F16 / BF16 weights as they are, on tensor cores; F32 in full fp32.
-// (Block types take the integer tensor-core kernel of matmul_mma.cu.)
+// (Block types take the kernels on 8-bit codes of matmul_int8.cu.)
 
 constexpr int kThreads = 256;
 
@@ -183,7 +165,7 @@ template <TensorType T>
 void float_gemm(MatmulContext& ctx, const WeightMatrix& w, const float* x, const uint16_t* x_half, int64_t n_tokens,
                 float* y) {
   static_assert(T == TensorType::F32 || T == TensorType::F16 || T == TensorType::BF16,
-                "a block type needs formats::WeightInt8 (its prefill is the integer tensor-core kernel)");
+                "a block type needs formats::WeightInt8 (its products are matmul_int8's)");
   if constexpr (T == TensorType::F32) {
     gemm(ctx, CUDA_R_32F, w.data, w.n_out, w.n_in, x, n_tokens, y);
   } else {
@@ -261,39 +243,37 @@ void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n
     }
     if (n_tokens == 0) return;
     if (x == nullptr || y == nullptr) throw Error("cuda::matmul: null activations or output");
-    // Prefill with block weights: their 8-bit codes times the activations' on integer tensor cores.
     if constexpr (formats::WeightInt8<T>::kSupported) {
-      if (n_tokens > kMaxGemvTokens) {
-        const size_t n = size_t(n_tokens * w.n_in);
-        const ActivationOutputs q8{.q = ctx.activation_bits.get<int8_t>(n),
-                                   .scale = ctx.activation_scales.get<float>(n / 32),
-                                   .sum32 = ctx.activation_sums.get<float>(n / 32)};
-        quantize_activations(ctx.stream(), formats::find_weight_format(T)->activation, x, n_tokens, w.n_in, q8);
-        matmul_int8_mma(ctx, w, q8.q, q8.scale, q8.sum32, n_tokens, y);
-        return;
-      }
-    }
-    // The activations as the CPU multiplies them with this weight type (activations.h).
-    constexpr formats::ActivationFormat kActivation = formats::find_weight_format(T)->activation;
-    const bool half_gemm = (T == TensorType::F16 || T == TensorType::BF16) && n_tokens > kMaxGemvTokens;
-    const float* rounded = x;
-    const uint16_t* half = nullptr;
-    if constexpr (kActivation != formats::ActivationFormat::F32) {
+      // Block weights: their 8-bit codes times the activations' (matmul_int8.h), decode and prefill.
       const size_t n = size_t(n_tokens * w.n_in);
-      ActivationOutputs out;
-      if (half_gemm) {
-        out.half = ctx.activation_bits.get<uint16_t>(n);
-      } else {
-        out.rounded = ctx.activations.get<float>(n);
+      const ActivationOutputs q8{.q = ctx.activation_bits.get<int8_t>(n),
+                                 .scale = ctx.activation_scales.get<float>(n / 32),
+                                 .sum32 = ctx.activation_sums.get<float>(n / 32)};
+      quantize_activations(ctx.stream(), formats::find_weight_format(T)->activation, x, n_tokens, w.n_in, q8);
+      matmul_int8(ctx, w, q8.q, q8.scale, q8.sum32, n_tokens, y);
+    } else {
+      // Float weights: the activations as the CPU multiplies them with this type (activations.h).
+      constexpr formats::ActivationFormat kActivation = formats::find_weight_format(T)->activation;
+      const bool half_gemm = T != TensorType::F32 && n_tokens > kMaxGemvTokens;
+      const float* rounded = x;
+      const uint16_t* half = nullptr;
+      if constexpr (kActivation != formats::ActivationFormat::F32) {
+        const size_t n = size_t(n_tokens * w.n_in);
+        ActivationOutputs out;
+        if (half_gemm) {
+          out.half = ctx.activation_bits.get<uint16_t>(n);
+        } else {
+          out.rounded = ctx.activations.get<float>(n);
+        }
+        quantize_activations(ctx.stream(), kActivation, x, n_tokens, w.n_in, out);
+        rounded = out.rounded;
+        half = out.half;
       }
-      quantize_activations(ctx.stream(), kActivation, x, n_tokens, w.n_in, out);
-      rounded = out.rounded;
-      half = out.half;
-    }
-    if (n_tokens <= kMaxGemvTokens) {
-      launch_gemv<T>(ctx, w, row_bytes, rounded, n_tokens, y);
-    } else if constexpr (!formats::WeightInt8<T>::kSupported) {
-      float_gemm<T>(ctx, w, rounded, half, n_tokens, y);
+      if (n_tokens <= kMaxGemvTokens) {
+        launch_gemv<T>(ctx, w, row_bytes, rounded, n_tokens, y);
+      } else {
+        float_gemm<T>(ctx, w, rounded, half, n_tokens, y);
+      }
     }
   });
 }

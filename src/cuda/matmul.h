@@ -4,16 +4,17 @@
 //
 // Activations are first put in the form the CPU multiplies each weight type with (activations.h: rounded to
 // f16 / bf16 for those weights, ggml's 8-bit groups for block types), so both backends multiply the same
-// numbers and differ only in summation order. Then two paths, chosen by the number of tokens:
+// numbers and differ only in summation order. Block types multiply their 8-bit codes by the activations' in
+// integers, as ggml does (matmul_int8.h: a dp4a GEMV for decode, integer tensor cores for prefill). Float types
+// take two paths, chosen by the number of tokens:
 //  - decode (n_tokens <= kMaxGemvTokens): a GEMV that reads each weight byte once: one warp per output row,
 //    the row staged through shared memory with 16-byte loads, activations in shared memory, fp32 products and
-//    accumulation, warp-shuffle reduction. Weights are decoded exactly (bit for bit as on the CPU reference).
-//  - prefill: block types on integer tensor cores, their 8-bit codes times the activations' (matmul_mma.h);
-//    f16 and bf16 weights go to cuBLAS as they are, against the activations' 16-bit encodings, on tensor cores
-//    with fp32 accumulation (the products of two halves are exact in fp32); f32 to cuBLAS in full fp32
-//    (CUBLAS_COMPUTE_32F). Not TF32: on
-//    an H200 its 10-bit inputs moved a float-weight model's logits by 3e-3 of max|logit| against the CPU, three
-//    times the parity budget (scripts/gpu-e2e, 2026-12-03). Error bounds: tests/gpu/matmul_test.cpp.
+//    accumulation, warp-shuffle reduction.
+//  - prefill: f16 and bf16 weights go to cuBLAS as they are, against the activations' 16-bit encodings, on
+//    tensor cores with fp32 accumulation (the products of two halves are exact in fp32); f32 to cuBLAS in full
+//    fp32 (CUBLAS_COMPUTE_32F). Not TF32: on an H200 its 10-bit inputs moved a float-weight model's logits by
+//    3e-3 of max|logit| against the CPU, three times the parity budget (scripts/gpu-e2e, 2026-12-03).
+// Error bounds: tests/gpu/matmul_test.cpp (float types), tests/gpu/matmul_int8_test.cpp (block types).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -25,7 +26,7 @@
 
 namespace sparrow::cuda {
 
-// Products of up to this many tokens take the GEMV; more take the tensor-core GEMM.
+// Products of up to this many tokens take a GEMV; more take a tensor-core GEMM.
 constexpr int64_t kMaxGemvTokens = 8;
 
 // Per-stream state for matrix products: cuBLAS handle and scratch (converted activations).

@@ -1,7 +1,7 @@
 #pragma once
 // The block weight types as 8-bit integer codes: within a sub-block s of kSubBlock (16 or 32) consecutive
 // elements, every value is scale_s * code + min_s, with code a small signed integer and scale_s, min_s floats.
-// This is the form an integer matrix product needs (the tensor-core GEMM, cuda/matmul_mma.cu): the codes are
+// This is the form an integer matrix product needs (cuda/matmul_int8.cu: the decode GEMV and the tensor-core GEMM): the codes are
 // multiplied with the activations' 8-bit codes in int32, and the scale and min applied once per sub-block.
 // Written once, host/device, for the kernels and the tests (tests/unit/weight_int8_test.cpp checks it against
 // dequantize_row for every type).
@@ -26,7 +26,7 @@
 // 7) has at most 24 significant bits and fits a float. So Q8_0, Q4_0, Q5_0 and Q6_K decode exactly. The min addition of
 // Q4_1, Q5_1, Q4_K and Q5_K rounds: there the decoded float can differ from scale * code + min by half an ulp (2^-24
 // relative). Error bounds for integer products therefore carry one extra 2^-24 relative term per element
-// (tests/gpu/matmul_mma_test.cpp).
+// (tests/gpu/matmul_int8_test.cpp).
 //
 // WeightInt8<T>, for the types above (kSupported true; false for every other type):
 //   Unit                      WeightBlock<T>::Unit (one file block; one 256-element super-block for K-quants)

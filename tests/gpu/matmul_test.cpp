@@ -5,7 +5,7 @@
 // Every case logs its format, shape, token count and the largest error seen relative to its bound, so that a
 // log from a GPU machine says how much room each bound leaves.
 #include "cuda/matmul.h"
-#include "cuda/matmul_mma.h"
+#include "cuda/matmul_int8.h"
 
 #include "cuda/activations.h"
 
@@ -114,11 +114,11 @@ TEST(CudaMatmul, MatchesDequantizedDoubleDotForEveryFormatShapeAndTokenCount) {
   MatmulContext ctx(stream.get());
   uint32_t seed = 1;
   for (const formats::WeightFormat& format : formats::kWeightFormats) {
+    // Block types are multiplied on their 8-bit codes, checked against their own reference (ggml's activation
+    // sums) by CudaMatmulInt8.*, through this entry too.
+    if (matmul_int8_supports(format.type)) continue;
     for (Shape s : {Shape{256, 67}, Shape{2816, 33}, Shape{8192, 5}}) {
       for (int64_t n_tokens : {1, 2, 3, 7, 8, 9, 33, 512}) {
-        // Prefill of block types takes the integer tensor-core kernel, checked against its own reference (ggml's
-        // activation sums) by CudaMatmulMma.*, through this entry too.
-        if (n_tokens > kMaxGemvTokens && int8_mma_supports(format.type)) continue;
         const double ratio = check_matmul(ctx, stream, format.type, s, n_tokens, seed++);
         std::printf("matmul %-5s n_in=%-5lld n_out=%-3lld tokens=%-3lld path=%-4s max error / bound = %.3g\n",
                     name_of(format.type).c_str(), (long long)s.n_in, (long long)s.n_out, (long long)n_tokens,
@@ -184,18 +184,15 @@ TEST(CudaActivations, QuantizeAndRoundBitForBitLikeTheReference) {
                Error);
 }
 
-// Rows of any whole number of decode units: float rows of a few runs of 8, and legacy blocks in odd counts,
-// whose rows (3 x 18 bytes, 17 x 34 bytes, ...) start off 16-byte boundaries, which exercises the byte-wise ends
-// of the GEMV's row staging.
+// Float rows of a few runs of 8, whose rows (24 x 2 bytes, 1000 x 2 bytes) start off 16-byte boundaries, which
+// exercises the byte-wise ends of the GEMV's row staging. (Block rows of odd block counts: CudaMatmulInt8.
+// RowsThatEndMidStepAndPartialTiles.)
 TEST(CudaMatmul, ShortRowsAndRowsThatStartOffSixteenByteBoundaries) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
   const std::pair<TensorType, int64_t> cases[] = {
-      {TensorType::F32, 8},    {TensorType::F16, 24},   {TensorType::BF16, 1000}, {TensorType::Q4_0, 96},
-      {TensorType::Q4_1, 32},  {TensorType::Q5_0, 544}, {TensorType::Q5_1, 160},  {TensorType::Q8_0, 544},
-      {TensorType::Q6_K, 768},
-  };
+      {TensorType::F32, 8}, {TensorType::F16, 24}, {TensorType::F16, 1000}, {TensorType::BF16, 1000}};
   for (const auto& [type, n_in] : cases) {
     for (int64_t n_tokens : {1, 8, 9}) {
       const double ratio = check_matmul(ctx, stream, type, Shape{n_in, 13}, n_tokens, uint32_t(n_in + n_tokens));

@@ -1,6 +1,7 @@
-// Tensor-core prefill GEMM on 8-bit codes (matmul_mma.h), for the block weight types of formats/weight_int8.h.
+// Products on 8-bit codes (matmul_int8.h) for the block weight types of formats/weight_int8.h: the decode GEMV
+// (below, "Decode") and the tensor-core prefill GEMM.
 //
-// Launch: grid (ceil(n_out / 128), ceil(n_tokens / 64)), 256 threads (8 warps). A CTA computes a tile of 128
+// GEMM launch: grid (ceil(n_out / 128), ceil(n_tokens / 64)), 256 threads (8 warps). A CTA computes a tile of 128
 // output rows x 64 tokens, walking n_in in steps of kTileK = 128 elements (the last step may be shorter: n_in is
 // only a multiple of the block, 32 for the legacy types). Per step:
 //  - staging: each thread decodes whole weight sub-blocks straight from global memory through
@@ -30,7 +31,7 @@
 // product d satisfies |d| <= 32 * 128 * 128 = 2^19 < 2^22, so the int32 result, read as a float, is exactly
 // 1.5 * 2^23 + d, and one exact float subtraction recovers d: no int-to-float conversion instruction (a
 // quarter-rate one) per accumulator per sub-block.
-#include "cuda/matmul_mma.h"
+#include "cuda/matmul_int8.h"
 
 #include <cuda_runtime.h>
 
@@ -39,6 +40,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
 #include "formats/weight_int8.h"
 #include "util/error.h"
@@ -112,6 +114,38 @@ __device__ __forceinline__ void mma_k16(int (&d)[4], const uint32_t (&a)[4], con
 #endif
 }
 
+// The activations' scale for the sub-block at element e of token `token` (n_in elements per token), and, for types
+// with a minimum, its offset term (matmul_int8.h: x_sum).
+struct ActivationTerms {
+  float scale, offset;
+};
+
+template <TensorType T>
+__device__ __forceinline__ ActivationTerms activation_terms(const int8_t* __restrict__ xq,
+                                                               const float* __restrict__ x_scale,
+                                                               const float* __restrict__ x_sum32, int64_t token,
+                                                               int n_in, int e) {
+  using W = WeightInt8<T>;
+  constexpr int kSub = W::kSubBlock, kGroup = kActivationGroup<T>;
+  const float scale = x_scale[token * (n_in / kGroup) + e / kGroup];
+  float offset = 0.0f;
+  if constexpr (W::kHasMin) {
+    if constexpr (kSub == 32) {
+      offset = x_sum32[token * (n_in / 32) + e / 32];  // ggml's per-32 term (activation_sum32)
+    } else {
+      // No per-16 sums are stored: scale times the sum of the 16 codes, as ggml forms Q8_K bsums' term.
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(xq + token * n_in + e));
+      const int ones = 0x01010101;
+      int sum = __dp4a(int(v.x), ones, 0);
+      sum = __dp4a(int(v.y), ones, sum);
+      sum = __dp4a(int(v.z), ones, sum);
+      sum = __dp4a(int(v.w), ones, sum);
+      offset = __fmul_rn(scale, float(sum));
+    }
+  }
+  return {scale, offset};
+}
+
 // Decodes sub-blocks [0, n_sub) of the step at element k0 of rows row0 .. row0 + kTileRows into the tile.
 template <TensorType T>
 __device__ __forceinline__ void stage_weights(MmaTile<WeightInt8<T>::kSubBlock>& tile, const uint8_t* __restrict__ w,
@@ -153,7 +187,7 @@ __device__ __forceinline__ void stage_activations(MmaTile<WeightInt8<T>::kSubBlo
                                                   const float* __restrict__ x_sum32, int n_in, int n_tokens,
                                                   int token0, int k0, int n_sub) {
   using W = WeightInt8<T>;
-  constexpr int kSub = W::kSubBlock, kSubBlocks = kTileK / kSub, kGroup = kActivationGroup<T>;
+  constexpr int kSub = W::kSubBlock, kSubBlocks = kTileK / kSub;
   constexpr int kPieces = kTileK / 16;  // 16-byte pieces of a token's step
   const int valid_pieces = n_sub * kSub / 16;
   for (int item = int(threadIdx.x); item < kTileTokens * kPieces; item += kThreads) {
@@ -166,28 +200,10 @@ __device__ __forceinline__ void stage_activations(MmaTile<WeightInt8<T>::kSubBlo
   for (int item = int(threadIdx.x); item < kTileTokens * kSubBlocks; item += kThreads) {
     const int s = item / kTileTokens, t = item % kTileTokens;
     if (s >= n_sub) continue;
-    float scale = 0.0f, offset = 0.0f;
-    const int64_t token = token0 + t;
-    if (token < n_tokens) {
-      const int e = k0 + s * kSub;
-      scale = x_scale[token * (n_in / kGroup) + e / kGroup];
-      if constexpr (W::kHasMin) {
-        if constexpr (kSub == 32) {
-          offset = x_sum32[token * (n_in / 32) + e / 32];  // ggml's per-32 term (activation_sum32)
-        } else {
-          // No per-16 sums are stored: scale times the sum of the 16 codes, as ggml forms Q8_K bsums' term.
-          const uint4 v = __ldg(reinterpret_cast<const uint4*>(xq + token * n_in + e));
-          const int ones = 0x01010101;
-          int sum = __dp4a(int(v.x), ones, 0);
-          sum = __dp4a(int(v.y), ones, sum);
-          sum = __dp4a(int(v.z), ones, sum);
-          sum = __dp4a(int(v.w), ones, sum);
-          offset = __fmul_rn(scale, float(sum));
-        }
-      }
-    }
-    tile.x_scale[s][t] = scale;
-    tile.x_offset[s][t] = offset;
+    ActivationTerms terms{0.0f, 0.0f};
+    if (token0 + t < n_tokens) terms = activation_terms<T>(xq, x_scale, x_sum32, token0 + t, n_in, k0 + s * kSub);
+    tile.x_scale[s][t] = terms.scale;
+    tile.x_offset[s][t] = terms.offset;
   }
 }
 
@@ -301,6 +317,95 @@ __global__ void __launch_bounds__(kThreads, 2)
 #endif
 }
 
+// ---------------------------------------------------------------------------------------------------------
+// Decode: the same sum on CUDA cores, one warp per output row.
+//
+// A CTA of kGemvWarps warps owns kGemvWarps consecutive rows; its warps share nothing and never wait for each
+// other. A warp walks its row in steps of kGemvUnits<T> units (about 2 KiB): it stages the step's bytes into its
+// own shared buffer with 16-byte loads (every lane's loads in flight at once), then lane l takes sub-blocks l,
+// l + 32, ... of the step: WeightInt8<T>::decode_sub_block from shared memory, four codes per word, dp4a against
+// each token's activation codes (read from global memory: every warp of the GPU reads the same few KiB, which stay
+// in L1), and the sub-block's term scaled into the lane's fp32 sum per token. A shuffle tree adds the lanes' sums.
+
+constexpr int kGemvWarps = 4;
+constexpr int kGemvStepBytes = 2048;
+
+template <TensorType T>
+constexpr int kGemvUnits = int(sizeof(typename WeightInt8<T>::Unit)) >= kGemvStepBytes
+                               ? 1
+                               : kGemvStepBytes / int(sizeof(typename WeightInt8<T>::Unit));
+// A warp's staging buffer: one step, shifted to the row's address modulo 16 (stage_row_bytes), in 16-byte words.
+template <TensorType T>
+constexpr int kGemvStagingWords = (kGemvUnits<T> * int(sizeof(typename WeightInt8<T>::Unit)) + 15 + 15) / 16;
+
+// The dot product of kSub weight codes with kSub activation codes (16-byte aligned).
+template <int kSub>
+__device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const int8_t* __restrict__ x) {
+  const uint4* xv = reinterpret_cast<const uint4*>(x);
+  int dot = 0;
+#pragma unroll
+  for (int i = 0; i < kSub / 16; ++i) {
+    const uint4 v = __ldg(xv + i);
+    dot = __dp4a(int(w[4 * i]), int(v.x), dot);
+    dot = __dp4a(int(w[4 * i + 1]), int(v.y), dot);
+    dot = __dp4a(int(w[4 * i + 2]), int(v.z), dot);
+    dot = __dp4a(int(w[4 * i + 3]), int(v.w), dot);
+  }
+  return dot;
+}
+
+template <TensorType T>
+__global__ void __launch_bounds__(kGemvWarps * kWarp)
+    gemv_int8_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_in, int n_out,
+                     const int8_t* __restrict__ xq, const float* __restrict__ x_scale,
+                     const float* __restrict__ x_sum32, int n_tokens, float* __restrict__ y) {
+  using W = WeightInt8<T>;
+  using Unit = typename W::Unit;
+  constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks, kUnits = kGemvUnits<T>;
+  __shared__ uint4 staging[kGemvWarps][kGemvStagingWords<T>];
+  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
+  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
+  if (row >= n_out) return;  // warps never synchronize with each other
+  const uint8_t* row_data = w + size_t(row) * row_bytes;
+  const int n_units = n_in / kUnitElements<T>;
+
+  float acc[kMaxGemvTokens];
+#pragma unroll
+  for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
+  for (int u0 = 0; u0 < n_units; u0 += kUnits) {
+    const int n = min(kUnits, n_units - u0);
+    const uint8_t* src = row_data + size_t(u0) * sizeof(Unit);
+    uint8_t* units = reinterpret_cast<uint8_t*>(staging[warp]) + (reinterpret_cast<uintptr_t>(src) & 15);
+    __syncwarp();  // every lane is done with the previous step
+    stage_row_bytes(units, src, n * int(sizeof(Unit)), lane);
+    __syncwarp();  // the step's bytes are visible to the whole warp
+    for (int s = lane; s < n * kUnitSubBlocks; s += kWarp) {
+      int8_t codes[kSub];
+      const SubBlockScale ws = W::decode_sub_block(
+          *reinterpret_cast<const Unit*>(units + (s / kUnitSubBlocks) * sizeof(Unit)), s % kUnitSubBlocks, codes);
+      uint32_t words[kSub / 4];
+#pragma unroll
+      for (int i = 0; i < kSub / 4; ++i) words[i] = pack_codes(codes + 4 * i);
+      const int e = u0 * kUnitElements<T> + s * kSub;  // the sub-block's first element in the row
+#pragma unroll
+      for (int t = 0; t < kMaxGemvTokens; ++t) {
+        if (t >= n_tokens) break;
+        const float dot = float(dot_codes<kSub>(words, xq + int64_t(t) * n_in + e));  // exact: |dot| < 2^24
+        const ActivationTerms x = activation_terms<T>(xq, x_scale, x_sum32, t, n_in, e);
+        float sum = fmaf(__fmul_rn(ws.scale, x.scale), dot, acc[t]);
+        if constexpr (W::kHasMin) sum = fmaf(ws.min, x.offset, sum);
+        acc[t] = sum;
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kMaxGemvTokens; ++t) {
+    if (t >= n_tokens) break;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
+    if (lane == 0) y[int64_t(t) * n_out + row] = acc[t];
+  }
+}
+
 // Throws unless the current device and the kernel's binary are sm_80 or newer (mma.sync on 8-bit integers in
 // these shapes): a build for older architectures compiles the kernel empty.
 template <TensorType T>
@@ -311,17 +416,18 @@ void require_sm80() {
   cudaFuncAttributes attributes{};
   SPARROW_CUDA_CHECK(cudaFuncGetAttributes(&attributes, int8_mma_kernel<T>));
   if (major < 8 || attributes.binaryVersion < 80) {
-    throw Error("cuda::matmul_int8_mma: needs sm_80 or newer (device compute capability " + std::to_string(major) +
+    throw Error("cuda::matmul_int8: prefill needs sm_80 or newer (device compute capability " + std::to_string(major) +
                 ".x, kernel built for sm_" + std::to_string(attributes.binaryVersion) + ")");
   }
 }
 
+// Bytes per row of w; throws unless the arguments fit matmul_int8 (matmul_int8.h).
 template <TensorType T>
-void launch(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
-            const float* x_sum32, int64_t n_tokens, float* y) {
+size_t checked_row_bytes(const WeightMatrix& w, const int8_t* xq, const float* x_scale, const float* x_sum32,
+                         int64_t n_tokens, const float* y) {
   using W = WeightInt8<T>;
   using Unit = typename W::Unit;
-  const std::string what = std::string("cuda::matmul_int8_mma (") + tensor_type_name(T) + ")";
+  const std::string what = std::string("cuda::matmul_int8 (") + tensor_type_name(T) + ")";
   if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % kUnitElements<T> != 0 || w.n_in > INT_MAX - kTileK ||
       w.n_out > INT_MAX - kTileRows) {
     throw Error(what + ": weight shape " + std::to_string(w.n_in) + " x " + std::to_string(w.n_out) +
@@ -339,33 +445,44 @@ void launch(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const f
     throw Error(what + ": weight data is not aligned to " + std::to_string(alignof(Unit)) + " bytes");
   }
   if (reinterpret_cast<uintptr_t>(xq) % 16 != 0) throw Error(what + ": activation codes are not 16-byte aligned");
-  require_sm80<T>();
+  return size_t(w.n_in / kUnitElements<T>) * sizeof(Unit);
+}
+
+template <TensorType T>
+void launch(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
+            const float* x_sum32, int64_t n_tokens, float* y) {
+  const size_t row_bytes = checked_row_bytes<T>(w, xq, x_scale, x_sum32, n_tokens, y);
   if (n_tokens == 0) return;
-  const size_t row_bytes = size_t(w.n_in / kUnitElements<T>) * sizeof(Unit);
-  const dim3 grid(unsigned((w.n_out + kTileRows - 1) / kTileRows),
-                  unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
-  int8_mma_kernel<T><<<grid, kThreads, 0, ctx.stream()>>>(static_cast<const uint8_t*>(w.data), row_bytes,
-                                                           int(w.n_in), int(w.n_out), xq, x_scale, x_sum32,
-                                                           int(n_tokens), y);
+  const auto* weights = static_cast<const uint8_t*>(w.data);
+  if (n_tokens <= kMaxGemvTokens) {
+    gemv_int8_kernel<T><<<unsigned((w.n_out + kGemvWarps - 1) / kGemvWarps), kGemvWarps * kWarp, 0, ctx.stream()>>>(
+        weights, row_bytes, int(w.n_in), int(w.n_out), xq, x_scale, x_sum32, int(n_tokens), y);
+  } else {
+    require_sm80<T>();
+    const dim3 grid(unsigned((w.n_out + kTileRows - 1) / kTileRows),
+                    unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
+    int8_mma_kernel<T><<<grid, kThreads, 0, ctx.stream()>>>(weights, row_bytes, int(w.n_in), int(w.n_out), xq,
+                                                             x_scale, x_sum32, int(n_tokens), y);
+  }
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
-bool int8_mma_supports(TensorType type) {
+bool matmul_int8_supports(TensorType type) {
   if (!formats::is_supported_weight_type(type)) return false;
-  return formats::visit_weight_type(type, "cuda::int8_mma_supports",
+  return formats::visit_weight_type(type, "cuda::matmul_int8_supports",
                                     [](auto t) { return WeightInt8<decltype(t)::value>::kSupported; });
 }
 
-void matmul_int8_mma(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
-                     const float* x_sum32, int64_t n_tokens, float* y) {
-  formats::visit_weight_type(w.type, "cuda::matmul_int8_mma", [&](auto type) {
+void matmul_int8(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
+                 const float* x_sum32, int64_t n_tokens, float* y) {
+  formats::visit_weight_type(w.type, "cuda::matmul_int8", [&](auto type) {
     constexpr TensorType T = decltype(type)::value;
     if constexpr (WeightInt8<T>::kSupported) {
       launch<T>(ctx, w, xq, x_scale, x_sum32, n_tokens, y);
     } else {
-      throw Error(std::string("cuda::matmul_int8_mma: weight type ") + tensor_type_name(T) +
+      throw Error(std::string("cuda::matmul_int8: weight type ") + tensor_type_name(T) +
                   " has no 8-bit integer form (formats/weight_int8.h); use cuda::matmul");
     }
   });

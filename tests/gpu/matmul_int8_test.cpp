@@ -1,11 +1,13 @@
-// cuda::matmul_int8_mma (the tensor-core GEMM on 8-bit codes) for every block type with an integer form, against
+// cuda::matmul_int8 (the decode GEMV and the tensor-core GEMM on 8-bit codes) for every block type with an
+// integer form, against
 // a double-precision reference built from formats::dequantize_row of W and the dequantized activations (the
 // reference codes and scales of formats::quantize_activations, which the GPU's quantizer reproduces bit for bit:
 // tests/gpu/matmul_test.cpp), plus the one place where the kernel multiplies something other than those values:
 // the weight minimum times the activations' sum term (ggml's; below). Shapes: n_in 256 / 2816 / 8192, n_out not a
-// multiple of the 128-row tile, token counts around and across the 64-token tile; outputs poisoned with NaN.
+// multiple of the 128-row tile, token counts of the GEMV (1 to 8) and around and across the GEMM's 64-token tile;
+// outputs poisoned with NaN.
 // Every case logs its largest error relative to its bound.
-#include "cuda/matmul_mma.h"
+#include "cuda/matmul_int8.h"
 
 #include <cuda_runtime.h>
 
@@ -92,8 +94,9 @@ IntegerRow integer_row(const uint8_t* row, int64_t n_in) {
   return out;
 }
 
-// Reference and bound for one output y[t][o]. The kernel computes, per sub-block s in order,
+// Reference and bound for one output y[t][o]. The GEMM computes, per sub-block s in order,
 //   acc = fma(fl(w_scale_s * x_scale_s), dot_s, acc);   acc = fma(w_min_s, x_off_s, acc)   (types with a min)
+// and the GEMV the same per lane over every 32nd sub-block, then adds the lanes' sums in a tree of 5 levels.
 // with dot_s the exact integer dot product of the codes and x_off_s the activations' offset term (sum32 for
 // 32-element sub-blocks: for Q8_1 f16(unrounded scale * sum of codes), not x_scale * sum of codes).
 //
@@ -104,6 +107,8 @@ IntegerRow integer_row(const uint8_t* row, int64_t n_in) {
 //  1. fp32 arithmetic in the kernel: N = S (1 + has_min) fused multiply-adds in sequence, each one rounding of
 //     2^-24 (gamma_N of recursive summation over the terms), plus the rounding of w_scale * x_scale (2^-24 of
 //     each product term): at most (N + 1) 2^-24 sum_s (|w_scale x_scale dot_s| + |w_min x_off_s|); (N + 2) used.
+//     The GEMV's longest chain of roundings is shorter (a lane's ceil(S / 32) (1 + has_min) steps, then one per
+//     tree level that adds two nonzero sums, at most log2(min(S, 32))), so the same bound holds for it.
 //     dot_s and its conversion are exact (|dot_s| < 2^22), so this is relative to the terms the kernel adds,
 //     not to sum_i |w_i x_i|.
 //  2. The kernel multiplies by the real scale * code + min, the reference by its float rounding w_i (which
@@ -163,7 +168,7 @@ double check_mma(MatmulContext& ctx, const Stream& stream, Shape s, int64_t n_to
   DeviceBuffer<int8_t> q_dev(a.q);
   DeviceBuffer<float> scale_dev(a.scale), sum32_dev(a.sum32), y_dev(size_t(n_tokens * s.n_out));
   y_dev.poison();
-  matmul_int8_mma(ctx, WeightMatrix{T, w_dev.get(), s.n_in, s.n_out}, q_dev.get(), scale_dev.get(),
+  matmul_int8(ctx, WeightMatrix{T, w_dev.get(), s.n_in, s.n_out}, q_dev.get(), scale_dev.get(),
                   sum32_dev.get(), n_tokens, y_dev.get());
   stream.sync();
   const std::vector<float> y = y_dev.read();
@@ -199,7 +204,7 @@ void for_each_int8_type(F&& f) {
   }
 }
 
-TEST(CudaMatmulMma, MatchesDequantizedDoubleDotForEveryTypeShapeAndTokenCount) {
+TEST(CudaMatmulInt8, MatchesDequantizedDoubleDotForEveryTypeShapeAndTokenCount) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
@@ -207,19 +212,20 @@ TEST(CudaMatmulMma, MatchesDequantizedDoubleDotForEveryTypeShapeAndTokenCount) {
   for_each_int8_type([&](auto type) {
     constexpr TensorType T = decltype(type)::value;
     for (Shape s : {Shape{256, 131}, Shape{2816, 37}, Shape{8192, 37}}) {
-      for (int64_t n_tokens : {9, 33, 64, 100, 512}) {
+      for (int64_t n_tokens : {1, 2, 3, 8, 9, 33, 64, 100, 512}) {
         if (HasFailure()) return;
         const double ratio = check_mma<T>(ctx, stream, s, n_tokens, seed++);
-        std::printf("matmul_int8_mma %-5s n_in=%-5lld n_out=%-3lld tokens=%-3lld max error / bound = %.3g\n",
+        std::printf("matmul_int8 %-5s n_in=%-5lld n_out=%-3lld tokens=%-3lld max error / bound = %.3g\n",
                     tensor_type_name(T).c_str(), (long long)s.n_in, (long long)s.n_out, (long long)n_tokens, ratio);
       }
     }
   });
 }
 
-// Legacy rows of odd block counts (n_in not a multiple of the 128-element staging step) and one row tile's
-// worth of rows plus one.
-TEST(CudaMatmulMma, RowsThatEndMidStepAndPartialTiles) {
+// Legacy rows of odd block counts (n_in not a multiple of the GEMM's 128-element staging step; rows of 3 x 18,
+// 17 x 34 bytes, ... that start off 16-byte boundaries, the byte-wise ends of the GEMV's row staging) and one
+// row tile's worth of rows plus one.
+TEST(CudaMatmulInt8, RowsThatEndMidStepAndPartialTiles) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
@@ -234,7 +240,7 @@ TEST(CudaMatmulMma, RowsThatEndMidStepAndPartialTiles) {
         for (int64_t n_tokens : {1, 65}) {
           if (HasFailure()) return;
           const double ratio = check_mma<T>(ctx, stream, Shape{n_in, 129}, n_tokens, uint32_t(n_in + n_tokens));
-          std::printf("matmul_int8_mma %-5s n_in=%-5lld n_out=129 tokens=%-3lld max error / bound = %.3g\n",
+          std::printf("matmul_int8 %-5s n_in=%-5lld n_out=129 tokens=%-3lld max error / bound = %.3g\n",
                       tensor_type_name(T).c_str(), (long long)n_in, (long long)n_tokens, ratio);
         }
       }
@@ -242,17 +248,16 @@ TEST(CudaMatmulMma, RowsThatEndMidStepAndPartialTiles) {
   }
 }
 
-// From the device quantizer, as matmul would call it: the same bits as from the reference's codes (the inputs
-// are bit-identical and the kernel's order does not depend on where they came from).
-// From the reference's codes, from the device's, and through cuda::matmul (the backend's entry, which takes this
-// kernel for prefill): the same bits.
-TEST(CudaMatmulMma, FromDeviceQuantizedActivationsGivesTheSameBits) {
+// From the reference's codes, from the device quantizer's, and through cuda::matmul (the backend's entry, which
+// quantizes and takes these kernels): the same bits, for the GEMV and the GEMM (the inputs are bit-identical and
+// neither kernel's order depends on where they came from).
+TEST(CudaMatmulInt8, FromDeviceQuantizedActivationsGivesTheSameBits) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
   const Shape s{2816, 75};
-  const int64_t n_tokens = 70;
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_1, TensorType::Q6_K}) {
+  for (const auto& [type, n_tokens] : {std::pair{TensorType::Q4_K, int64_t(70)}, std::pair{TensorType::Q5_1, int64_t(3)},
+                                       std::pair{TensorType::Q6_K, int64_t(70)}, std::pair{TensorType::Q4_K, int64_t(1)}}) {
     const auto bytes = random_weights(type, s.n_in, s.n_out, 9);
     const auto x = random_activations(s.n_in * n_tokens, 10);
     const QuantizedActivations a = quantize(type, x, s.n_in, n_tokens);
@@ -269,8 +274,8 @@ TEST(CudaMatmulMma, FromDeviceQuantizedActivationsGivesTheSameBits) {
     from_device.poison();
     from_matmul.poison();
     const WeightMatrix w{type, w_dev.get(), s.n_in, s.n_out};
-    matmul_int8_mma(ctx, w, q_host.get(), scale_host.get(), sum32_host.get(), n_tokens, from_host.get());
-    matmul_int8_mma(ctx, w, q_device.get(), scale_device.get(), sum32_device.get(), n_tokens, from_device.get());
+    matmul_int8(ctx, w, q_host.get(), scale_host.get(), sum32_host.get(), n_tokens, from_host.get());
+    matmul_int8(ctx, w, q_device.get(), scale_device.get(), sum32_device.get(), n_tokens, from_device.get());
     matmul(ctx, w, x_dev.get(), n_tokens, from_matmul.get());
     stream.sync();
     const auto p = from_host.read(), r = from_device.read(), m = from_matmul.read();
@@ -280,7 +285,7 @@ TEST(CudaMatmulMma, FromDeviceQuantizedActivationsGivesTheSameBits) {
   }
 }
 
-TEST(CudaMatmulMma, RejectsTypesWithoutIntegerFormAndBadArguments) {
+TEST(CudaMatmulInt8, RejectsTypesWithoutIntegerFormAndBadArguments) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
@@ -288,7 +293,7 @@ TEST(CudaMatmulMma, RejectsTypesWithoutIntegerFormAndBadArguments) {
   DeviceBuffer<int8_t> q(1 << 16);
   DeviceBuffer<float> scale(4096), sum32(4096), y(4096);
   auto product = [&](TensorType type, int64_t n_in, const void* data, const int8_t* codes, const float* sums) {
-    matmul_int8_mma(ctx, WeightMatrix{type, data, n_in, 3}, codes, scale.get(), sums, 9, y.get());
+    matmul_int8(ctx, WeightMatrix{type, data, n_in, 3}, codes, scale.get(), sums, 9, y.get());
   };
   EXPECT_THROW(product(TensorType::F16, 256, bytes.get(), q.get(), sum32.get()), Error);   // no integer form
   EXPECT_THROW(product(TensorType::F32, 256, bytes.get(), q.get(), sum32.get()), Error);
@@ -298,12 +303,12 @@ TEST(CudaMatmulMma, RejectsTypesWithoutIntegerFormAndBadArguments) {
   EXPECT_THROW(product(TensorType::Q8_0, 64, bytes.get(), q.get() + 1, sum32.get()), Error);  // codes misaligned
   EXPECT_THROW(product(TensorType::Q4_1, 64, bytes.get(), q.get(), nullptr), Error);        // a min needs sums
   EXPECT_NO_THROW(product(TensorType::Q8_0, 64, bytes.get(), q.get(), nullptr));            // no min: no sums
-  EXPECT_THROW(matmul_int8_mma(ctx, WeightMatrix{TensorType::Q8_0, bytes.get(), 64, 3}, q.get(), scale.get(),
+  EXPECT_THROW(matmul_int8(ctx, WeightMatrix{TensorType::Q8_0, bytes.get(), 64, 3}, q.get(), scale.get(),
                                nullptr, -1, y.get()),
                Error);
-  EXPECT_TRUE(int8_mma_supports(TensorType::Q6_K));
-  EXPECT_FALSE(int8_mma_supports(TensorType::BF16));
-  EXPECT_FALSE(int8_mma_supports(TensorType::IQ2_XXS));
+  EXPECT_TRUE(matmul_int8_supports(TensorType::Q6_K));
+  EXPECT_FALSE(matmul_int8_supports(TensorType::BF16));
+  EXPECT_FALSE(matmul_int8_supports(TensorType::IQ2_XXS));
   stream.sync();
 }
 
