@@ -26,7 +26,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--kv-center-keys", o.center_keys,
                  "subtract the sequence's mean key before encoding (softmax-invariant): auto (low-bit K codecs), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  cmd.add_option("--kv-layers", o.kv_layers, "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" (layers:K/V)");
+  cmd.add_option("--kv-layers", o.kv_layers, "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" or \"global:q8_0/tbq4\" (layers:K/V)");
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {

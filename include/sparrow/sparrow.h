@@ -76,8 +76,8 @@ typedef struct sparrow_context_params {
   const char* cache_type_k; /* KV codec for K: f32, f16, bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3, qjl,
                                polar4 (default "f16"; `sparrow verify` lists them) */
   const char* cache_type_v; /* KV codec for V: the same list except qjl (keys only) */
-  const char* kv_layers;    /* per-layer overrides, e.g. "0-3:q8_0/tbq4,7:f16" (layers:K/V, or layers:C for both);
-                               NULL or "": none */
+  const char* kv_layers;    /* per-layer overrides, e.g. "0-3:q8_0/tbq4,7:f16" (layers:K/V, or layers:C for both;
+                               layers "sliding" or "global" for every layer of that kind); NULL or "": none */
   int32_t kv_center_keys;   /* -1 (default): center keys for Sparrow's low-bit K codecs, not for f32/f16/bf16/q8_0/
                                q4_0; 1: always; 0: never (docs/kv-cache.md) */
   int32_t decode_graphs;    /* 1 (default): on a GPU each decode step is recorded and replayed as one CUDA graph;

@@ -35,13 +35,17 @@ int32_t parse_layer_index(const std::string& text, const std::string& entry) {
 KvLayerOverride parse_override(const std::string& entry) {
   const size_t colon = entry.find(':');
   if (colon == std::string::npos)
-    throw Error("--kv-layers: '" + entry + "' should look like 0-3:q8_0/tbq4 (layers:K/V) or 5:f16");
+    throw Error("--kv-layers: '" + entry + "' should look like 0-3:q8_0/tbq4 (layers:K/V), 5:f16 or global:q8_0/tbq4");
   const std::string layers = entry.substr(0, colon), codecs = entry.substr(colon + 1);
   KvLayerOverride o;
-  const size_t dash = layers.find('-');
-  o.first = parse_layer_index(layers.substr(0, dash), entry);
-  o.last = dash == std::string::npos ? o.first : parse_layer_index(layers.substr(dash + 1), entry);
-  if (o.last < o.first) throw Error("--kv-layers: '" + entry + "': the range ends before it starts");
+  if (layers == "sliding" || layers == "global") {
+    o.kind = layers == "sliding" ? KvLayerOverride::Kind::Sliding : KvLayerOverride::Kind::Global;
+  } else {
+    const size_t dash = layers.find('-');
+    o.first = parse_layer_index(layers.substr(0, dash), entry);
+    o.last = dash == std::string::npos ? o.first : parse_layer_index(layers.substr(dash + 1), entry);
+    if (o.last < o.first) throw Error("--kv-layers: '" + entry + "': the range ends before it starts");
+  }
   const size_t slash = codecs.find('/');
   o.k_codec = parse_kv_codec_option(codecs.substr(0, slash), "--kv-layers (K)", false);
   o.v_codec = parse_kv_codec_option(slash == std::string::npos ? codecs : codecs.substr(slash + 1),

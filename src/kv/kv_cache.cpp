@@ -21,29 +21,40 @@ int64_t slots(const KvLayerShape& l, const KvCacheOptions& o) {
   return l.sliding ? std::min<int64_t>(o.n_ctx, int64_t(o.sliding_window) + o.n_batch) : o.n_ctx;
 }
 
+// The layers an override sets: those that own KV among its range, or of its kind. Throws when there are none,
+// or when the range does not exist in the model.
+std::vector<int32_t> overridden_layers(const KvLayerOverride& ov, const std::vector<KvLayerShape>& layers) {
+  const int32_t n_layer = int32_t(layers.size());
+  std::vector<int32_t> selected;
+  if (ov.kind != KvLayerOverride::Kind::Range) {
+    const bool sliding = ov.kind == KvLayerOverride::Kind::Sliding;
+    for (int32_t il = 0; il < n_layer; ++il)
+      if (layers[il].owns_kv && layers[il].sliding == sliding) selected.push_back(il);
+    if (selected.empty())
+      throw Error(std::string("--kv-layers: the model has no ") + (sliding ? "sliding" : "global") + " layers");
+    return selected;
+  }
+  if (ov.first < 0 || ov.last < ov.first)
+    throw Error("--kv-layers: " + std::to_string(ov.first) + "-" + std::to_string(ov.last) +
+                " is not a range of layers");
+  if (ov.last >= n_layer)
+    throw Error("--kv-layers: layer " + std::to_string(ov.last) + " does not exist (the model has " +
+                std::to_string(n_layer) + " layers, 0-" + std::to_string(n_layer - 1) + ")");
+  for (int32_t il = ov.first; il <= ov.last; ++il)
+    if (layers[il].owns_kv) selected.push_back(il);
+  if (selected.empty())
+    throw Error("--kv-layers: layers " + std::to_string(ov.first) + "-" + std::to_string(ov.last) +
+                " share another layer's KV cache (layer " + std::to_string(layers[ov.first].kv_source) +
+                "); set the codec on that layer");
+  return selected;
+}
+
 // The codecs of every layer that owns KV, after the overrides; checks the overrides against the model.
 std::vector<std::pair<KvCodec, KvCodec>> layer_codecs(const std::vector<KvLayerShape>& layers,
                                                       const KvCacheOptions& o) {
-  const int32_t n_layer = int32_t(layers.size());
-  std::vector<std::pair<KvCodec, KvCodec>> codecs(n_layer, {o.k_codec, o.v_codec});
-  for (const KvLayerOverride& ov : o.layers) {
-    if (ov.first < 0 || ov.last < ov.first)
-      throw Error("--kv-layers: " + std::to_string(ov.first) + "-" + std::to_string(ov.last) +
-                  " is not a range of layers");
-    if (ov.last >= n_layer)
-      throw Error("--kv-layers: layer " + std::to_string(ov.last) + " does not exist (the model has " +
-                  std::to_string(n_layer) + " layers, 0-" + std::to_string(n_layer - 1) + ")");
-    bool any_owner = false;
-    for (int32_t il = ov.first; il <= ov.last; ++il) {
-      if (!layers[il].owns_kv) continue;
-      codecs[il] = {ov.k_codec, ov.v_codec};
-      any_owner = true;
-    }
-    if (!any_owner)
-      throw Error("--kv-layers: layers " + std::to_string(ov.first) + "-" + std::to_string(ov.last) +
-                  " share another layer's KV cache (layer " + std::to_string(layers[ov.first].kv_source) +
-                  "); set the codec on that layer");
-  }
+  std::vector<std::pair<KvCodec, KvCodec>> codecs(layers.size(), {o.k_codec, o.v_codec});
+  for (const KvLayerOverride& ov : o.layers)
+    for (int32_t il : overridden_layers(ov, layers)) codecs[size_t(il)] = {ov.k_codec, ov.v_codec};
   for (const auto& [k, v] : codecs)
     if (kv_codec_info(v).keys_only)
       throw Error(std::string(kv_codec_info(v).name) + " stores keys only and cannot hold V");

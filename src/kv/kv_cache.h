@@ -23,9 +23,11 @@ struct KvLayerShape {
   int32_t kv_source = 0;   // the layer whose cache this layer reads (itself when owns_kv)
 };
 
-// Layers first..last (inclusive) store K and V with these codecs.
+// Layers that store K and V with these codecs: first..last (inclusive), or every layer of one kind.
 struct KvLayerOverride {
-  int32_t first = 0, last = 0;
+  enum class Kind : int8_t { Range, Sliding, Global };
+  Kind kind = Kind::Range;
+  int32_t first = 0, last = 0;  // for Range
   formats::KvCodec k_codec = formats::KvCodec::F16, v_codec = formats::KvCodec::F16;
 };
 

@@ -58,10 +58,18 @@ TEST(KvLayersSyntax, RangesSingleLayersAndBothCodecs) {
   EXPECT_EQ(o[1].v_codec, KvCodec::F16);
   EXPECT_EQ(o[2].k_codec, KvCodec::QJL);
   EXPECT_TRUE(parse_kv_layers("").empty());
+  const auto kinds = parse_kv_layers("global:q8_0/tbq4,sliding:tbq3");
+  ASSERT_EQ(kinds.size(), 2u);
+  EXPECT_EQ(kinds[0].kind, KvLayerOverride::Kind::Global);
+  EXPECT_EQ(kinds[0].k_codec, KvCodec::Q8_0);
+  EXPECT_EQ(kinds[0].v_codec, KvCodec::TBQ4);
+  EXPECT_EQ(kinds[1].kind, KvLayerOverride::Kind::Sliding);
+  EXPECT_EQ(kinds[1].v_codec, KvCodec::TBQ3);
 }
 
 TEST(KvLayersSyntax, BadEntriesAreClearErrors) {
-  for (const char* bad : {"f16", "x:f16", "3-1:f16", "0:nope", "0:f16/qjl", "-2:f16", "0-:f16", "1:"}) {
+  for (const char* bad : {"f16", "x:f16", "3-1:f16", "0:nope", "0:f16/qjl", "-2:f16", "0-:f16", "1:", "globals:f16",
+                          "global:nope"}) {
     try {
       parse_kv_layers(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
@@ -137,6 +145,32 @@ TEST_F(CacheFixture, SizesFollowCodecsWindowsAndSharing) {
   EXPECT_NE(summary.find("shared: 2 layers"), std::string::npos) << summary;
   EXPECT_NE(summary.find("q8_0/f16 x1"), std::string::npos) << summary;
   EXPECT_NE(summary.find("tbq4/tbq3 centered K x2"), std::string::npos) << summary;
+}
+
+TEST_F(CacheFixture, KindOverridesSetEveryOwningLayerOfTheirKindInOrder) {
+  KvCacheOptions o = options();
+  o.k_codec = o.v_codec = KvCodec::TBQ4;
+  o.layers = parse_kv_layers("global:q8_0/tbq4,sliding:tbq3,1:f16");  // later entries win
+  KvCache cache(*backend, layers, o);
+  EXPECT_EQ(cache.layer(2).k_codec, KvCodec::Q8_0);  // the global layer
+  EXPECT_EQ(cache.layer(2).v_codec, KvCodec::TBQ4);
+  EXPECT_EQ(cache.layer(5).k_codec, KvCodec::Q8_0);  // shared: reads layer 2
+  for (int32_t il : {0, 3, 4}) {
+    EXPECT_EQ(cache.layer(il).k_codec, KvCodec::TBQ3) << il;
+    EXPECT_EQ(cache.layer(il).v_codec, KvCodec::TBQ3) << il;
+  }
+  EXPECT_EQ(cache.layer(1).k_codec, KvCodec::F16);
+
+  // A kind the model does not have is an error, not a silent no-op.
+  std::vector<KvLayerShape> all_sliding = layers;
+  for (KvLayerShape& l : all_sliding) l.sliding = true;
+  o.layers = parse_kv_layers("global:q8_0");
+  try {
+    KvCache none(*backend, all_sliding, o);
+    FAIL() << "accepted a global override without global layers";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no global layers"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(CacheFixture, KeysAreCenteredForLowBitCodecsUnlessToldOtherwise) {
