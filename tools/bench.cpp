@@ -26,7 +26,13 @@ namespace {
 
 struct KvConfig {
   std::string k, v;
-  std::string name() const { return k + "/" + v; }
+  float bits = 0;  // > 0: --kv-bits, in place of k and v
+  std::string name() const {
+    if (bits <= 0) return k + "/" + v;
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "bits %g", bits);
+    return buf;
+  }
 };
 
 struct BenchOptions {
@@ -40,6 +46,7 @@ struct BenchOptions {
   std::vector<std::string> cache_types_k{"f16"};
   std::vector<std::string> cache_types_v{"f16"};
   std::vector<std::string> kv_pairs;  // --kv K/V,...: explicit pairs instead of the -ctk x -ctv cross product
+  std::vector<float> kv_bits;         // --kv-bits B,...: configurations chosen by size, after the pairs
   int32_t repetitions = 3;
   std::string json_path;
 };
@@ -82,11 +89,15 @@ std::vector<KvConfig> kv_configs(const BenchOptions& o) {
   std::vector<KvConfig> configs;
   if (!o.kv_pairs.empty()) {
     for (const std::string& spec : o.kv_pairs) configs.push_back(parse_kv_pair(spec));
-    return configs;
+  } else {
+    // Like llama-bench: every K type with every V type.
+    for (const std::string& k : o.cache_types_k)
+      for (const std::string& v : o.cache_types_v) configs.push_back({k, v});
   }
-  // Like llama-bench: every K type with every V type.
-  for (const std::string& k : o.cache_types_k)
-    for (const std::string& v : o.cache_types_v) configs.push_back({k, v});
+  for (float bits : o.kv_bits) {
+    if (!(bits > 0)) throw Error("--kv-bits: " + std::to_string(bits) + " is not a positive number of bits");
+    configs.push_back({"", "", bits});
+  }
   return configs;
 }
 
@@ -107,8 +118,12 @@ sparrow_context_params context_params(const BenchOptions& o, const KvConfig& kv,
   p.n_ctx = n_ctx;
   p.n_threads = o.threads;
   p.n_batch = o.n_batch;
-  p.cache_type_k = kv.k.c_str();
-  p.cache_type_v = kv.v.c_str();
+  if (kv.bits > 0) {
+    p.kv_bits = kv.bits;
+  } else {
+    p.cache_type_k = kv.k.c_str();
+    p.cache_type_v = kv.v.c_str();
+  }
   p.decode_graphs = o.device.graphs == "on";
   return p;
 }
@@ -334,6 +349,9 @@ void add_options(CLI::App& cmd, BenchOptions& o) {
       ->delimiter(',')
       ->excludes(k)
       ->excludes(v);
+  cmd.add_option("--kv-bits", o.kv_bits,
+                 "also the best measured KV configuration of at most B bits per element, for each B (e.g. 4.5,3.2)")
+      ->delimiter(',');
   cmd.add_option("-r,--repetitions", o.repetitions, "runs per test");
   cmd.add_option("--json", o.json_path, "write results as JSON to this file (plot it with scripts/plot-bench)");
 }

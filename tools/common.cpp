@@ -20,13 +20,21 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-t,--threads", o.threads, "worker threads (0: all cores)");
   cmd.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (0: min(training context, 4096))");
   cmd.add_option("-b,--batch-size", o.n_batch, "tokens per forward pass during prompt processing");
-  cmd.add_option("--cache-type-k", o.cache_type_k,
-                 "KV cache codec for K (-ctk): f16, f32, bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3, qjl, polar4");
-  cmd.add_option("--cache-type-v", o.cache_type_v, "KV cache codec for V (-ctv): as -ctk, except qjl");
+  auto* ctk = cmd.add_option("--cache-type-k", o.cache_type_k,
+                              "KV cache codec for K (-ctk): f16, f32, bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3, qjl, polar4");
+  auto* ctv = cmd.add_option("--cache-type-v", o.cache_type_v, "KV cache codec for V (-ctv): as -ctk, except qjl");
   cmd.add_option("--kv-center-keys", o.center_keys,
                  "subtract the sequence's mean key before encoding (softmax-invariant): auto (low-bit K codecs), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
-  cmd.add_option("--kv-layers", o.kv_layers, "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" or \"global:q8_0/tbq4\" (layers:K/V)");
+  auto* layers = cmd.add_option("--kv-layers", o.kv_layers,
+                                 "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" or \"global:q8_0/tbq4\" (layers:K/V)");
+  cmd.add_option("--kv-bits", o.kv_bits,
+                 "the best measured KV configuration of at most B bits per cached element, in place of -ctk, -ctv and "
+                 "--kv-layers (docs/kv-quality.md)")
+      ->check(CLI::PositiveNumber)
+      ->excludes(ctk)
+      ->excludes(ctv)
+      ->excludes(layers);
 }
 
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o) {
@@ -131,6 +139,7 @@ sparrow_context_params context_params(const ModelOptions& o) {
   p.kv_layers = o.kv_layers.c_str();
   p.kv_center_keys = o.center_keys == "auto" ? -1 : o.center_keys == "on" ? 1 : 0;
   p.decode_graphs = o.device.graphs == "on";
+  p.kv_bits = o.kv_bits;
   return p;
 }
 

@@ -32,6 +32,7 @@ struct ModelOptions {
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   std::string kv_layers;  // --kv-layers "0-3:q8_0/tbq4"
+  float kv_bits = 0;      // --kv-bits 4.5
   std::string center_keys = "auto";
 };
 

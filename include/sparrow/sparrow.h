@@ -82,6 +82,9 @@ typedef struct sparrow_context_params {
                                q4_0; 1: always; 0: never (docs/kv-cache.md) */
   int32_t decode_graphs;    /* 1 (default): on a GPU each decode step is recorded and replayed as one CUDA graph;
                                0: its kernels are launched one by one. No effect on the CPU. */
+  float kv_bits;            /* > 0: the best measured KV configuration of at most this many bits per cached element
+                               on this model, in place of cache_type_k/v and kv_layers (the KV summary says which);
+                               0 (default): those fields */
 } sparrow_context_params;
 
 sparrow_context_params sparrow_context_default_params(void);

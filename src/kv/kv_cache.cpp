@@ -61,6 +61,23 @@ std::vector<std::pair<KvCodec, KvCodec>> layer_codecs(const std::vector<KvLayerS
   return codecs;
 }
 
+}  // namespace
+
+double kv_bits_per_element(const std::vector<KvLayerShape>& layers, const KvCacheOptions& options) {
+  const auto codecs = layer_codecs(layers, options);
+  double bytes = 0, elements = 0;
+  for (size_t il = 0; il < layers.size(); ++il) {
+    const KvLayerShape& l = layers[il];
+    if (!l.owns_kv) continue;
+    bytes += double(l.n_kv_heads) * double(block_bytes(codecs[il].first, l.head_dim) +
+                                           block_bytes(codecs[il].second, l.head_dim));
+    elements += 2.0 * l.n_kv_heads * l.head_dim;
+  }
+  return elements > 0 ? 8 * bytes / elements : 0;
+}
+
+namespace {
+
 // Keys have a large common component (in Gemma 3 270M, 30-75% of their energy is the mean key of the
 // sequence); removing it before a low-bit codec quantizes them cut the mean KLD of tbq4 against f16 2.3x.
 bool centers_keys(KeyCentering mode, KvCodec k_codec) {
@@ -216,6 +233,7 @@ std::string KvCache::summary() const {
                   (v.k_center ? " centered K" : "")];
   }
   std::ostringstream out;
+  if (!options_.chosen_by.empty()) out << options_.chosen_by << "\n";
   out << "KV cache: " << mib(double(bytes_)) << " for a context of " << options_.n_ctx << " tokens\n";
   auto line = [&](const char* name, const Kind& kind, size_t per_token) {
     if (kind.layers == 0) return;

@@ -47,7 +47,12 @@ struct KvCacheOptions {
   formats::KvCodec v_codec = formats::KvCodec::F16;
   std::vector<KvLayerOverride> layers;  // applied in order over k_codec/v_codec: later entries win
   KeyCentering center_keys = KeyCentering::Auto;
+  std::string chosen_by;  // how the codecs were chosen (--kv-bits), shown first by KvCache::summary; "" if given
 };
+
+// Average bits per cached element (K and V of every layer that owns KV, per token) of these options on these
+// layers. Throws sparrow::Error for overrides the layers cannot take.
+double kv_bits_per_element(const std::vector<KvLayerShape>& layers, const KvCacheOptions& options);
 
 class KvCache {
  public:

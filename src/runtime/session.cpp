@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kv/kv_presets.h"
 #include "runtime/sequence_state.h"
 #include "util/error.h"
 
@@ -34,6 +35,7 @@ std::unique_ptr<KvCache> make_sequence_cache(Backend& backend, const ModelConfig
   kv.v_codec = options.v_codec;
   kv.layers = options.kv_layers;
   kv.center_keys = options.center_keys;
+  if (options.kv_bits > 0) apply_kv_bits(shapes, options.kv_bits, kv);
   return std::make_unique<KvCache>(backend, std::move(shapes), kv);
 }
 

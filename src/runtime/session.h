@@ -22,6 +22,8 @@ struct SessionOptions {
   formats::KvCodec k_codec = formats::KvCodec::F16;
   formats::KvCodec v_codec = formats::KvCodec::F16;
   std::vector<KvLayerOverride> kv_layers;
+  double kv_bits = 0;  // > 0: the best measured KV configuration of at most this many bits per element
+                       // (kv/kv_presets.h), in place of k_codec, v_codec and kv_layers
   KeyCentering center_keys = KeyCentering::Auto;
   // Decode steps recorded and replayed by the backend (CUDA graphs on a GPU; Backend::begin_pass).
   bool record_decode = true;

@@ -86,6 +86,18 @@ TEST(Bench, ExplicitPairsRunOnlyThosePairs) {
   EXPECT_EQ(got, expected);
 }
 
+TEST(Bench, KvBitsAddsARowPerBudgetAfterThePairs) {
+  const auto j = run_bench_json("-p 8 -n 2 --kv f16/f16 --kv-bits 16,4.2", "bits.json");
+  ASSERT_FALSE(j.is_null());
+  const auto rows = rows_by_key(j);
+  EXPECT_EQ(rows.size(), 6u);
+  // 16 bits take f16 (the best measured configuration): the same cache size as the f16/f16 pair.
+  EXPECT_DOUBLE_EQ(rows.at({"bits 16", "pp8", 0})["kv_mib"].get<double>(),
+                   rows.at({"f16/f16", "pp8", 0})["kv_mib"].get<double>());
+  EXPECT_LT(rows.at({"bits 4.2", "tg2", 0})["kv_mib"].get<double>(),
+            rows.at({"f16/f16", "tg2", 0})["kv_mib"].get<double>() * 4.2 / 16);
+}
+
 TEST(Bench, PromptLongerThanTheBatchRefillsInsteadOfRewinding) {
   // pp32 with -b 8 cannot be rewound (truncate goes back at most n_batch tokens): each run refills depth 20.
   const auto j = run_bench_json("-p 32 -n 3 -d 0,20 -b 8", "refill.json");

@@ -11,6 +11,7 @@
 #include "sparrow/sparrow.h"
 #include "api/kv_options.h"
 #include "kv/kv_cache.h"
+#include "kv/kv_presets.h"
 #include "random_weights.h"
 #include "util/error.h"
 
@@ -374,6 +375,70 @@ TEST_F(CacheFixture, OverridesOnSharedLayersOnlyOrMissingLayersAreRefused) {
   EXPECT_THROW(KvCache(*backend, layers, o), Error);
 }
 
+// Gemma-3-270M-like: 18 layers of head dim 256 and one KV head, every sixth global.
+std::vector<KvLayerShape> gemma3_like_layers() {
+  std::vector<KvLayerShape> layers;
+  for (int32_t il = 0; il < 18; ++il)
+    layers.push_back({.sliding = il % 6 != 5, .head_dim = 256, .n_kv_heads = 1, .owns_kv = true, .kv_source = il});
+  return layers;
+}
+
+TEST(KvBits, BitsPerElementFollowTheCodecsOfEveryOwningLayer) {
+  KvCacheOptions o;
+  o.k_codec = o.v_codec = KvCodec::F16;
+  EXPECT_DOUBLE_EQ(kv_bits_per_element(mixed_layers(), o), 16.0);
+  o.k_codec = KvCodec::Q8_0;
+  EXPECT_DOUBLE_EQ(kv_bits_per_element(mixed_layers(), o), (8.5 + 16) / 2);
+  // Global K at q8_0 over tbq4: 3 of 18 layers' K at 8.5 bits, the rest at tbq4's.
+  const double tbq4 = formats::kv_bits_per_element(KvCodec::TBQ4, 256);
+  o.k_codec = o.v_codec = KvCodec::TBQ4;
+  o.layers = parse_kv_layers("global:q8_0/tbq4");
+  EXPECT_NEAR(kv_bits_per_element(gemma3_like_layers(), o), (3 * 8.5 + 15 * tbq4 + 18 * tbq4) / 36, 1e-12);
+}
+
+TEST(KvBits, PresetsGetSmallerDownTheList) {
+  double previous = 1e9;
+  for (const KvPreset& preset : kv_presets()) {
+    KvCacheOptions o;
+    o.k_codec = preset.k_codec;
+    o.v_codec = preset.v_codec;
+    o.layers = preset.layers;
+    const double bits = kv_bits_per_element(gemma3_like_layers(), o);
+    EXPECT_LT(bits, previous) << preset.name;
+    previous = bits;
+  }
+}
+
+TEST(KvBits, PicksTheFirstPresetThatFitsAndSaysSo) {
+  const auto layers = gemma3_like_layers();
+  auto chosen = [&](double bits) {
+    KvCacheOptions o;
+    o.k_codec = o.v_codec = KvCodec::F32;  // replaced
+    o.layers = parse_kv_layers("0:f32");   // replaced
+    const std::string line = apply_kv_bits(layers, bits, o);
+    EXPECT_EQ(line, o.chosen_by);
+    EXPECT_LE(kv_bits_per_element(layers, o), bits) << line;
+    return line;
+  };
+  EXPECT_NE(chosen(16).find(": f16,"), std::string::npos) << chosen(16);
+  EXPECT_NE(chosen(8.5).find(": q8_0,"), std::string::npos) << chosen(8.5);
+  EXPECT_NE(chosen(4.5).find("q8_0 K on global layers"), std::string::npos) << chosen(4.5);
+  EXPECT_NE(chosen(4.2).find(": tbq4,"), std::string::npos) << chosen(4.2);
+  EXPECT_NE(chosen(3.2).find(": tcq3,"), std::string::npos) << chosen(3.2);
+  try {
+    KvCacheOptions o;
+    apply_kv_bits(layers, 1.0, o);
+    FAIL() << "1 bit per element fitted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no KV configuration is that small"), std::string::npos) << e.what();
+  }
+  // Without global layers the global preset is the plain tbq4 one: skipped, not an error.
+  auto all_sliding = layers;
+  for (KvLayerShape& l : all_sliding) l.sliding = true;
+  KvCacheOptions o;
+  EXPECT_NE(apply_kv_bits(all_sliding, 4.5, o).find(": tbq4,"), std::string::npos) << o.chosen_by;
+}
+
 TEST_F(CacheFixture, UnsupportedHeadDimIsAClearError) {
   layers[2].head_dim = 96;
   layers[5].head_dim = 96;
@@ -426,6 +491,26 @@ TEST_F(KvCli, KeysOnlyCodecForValuesFails) {
   auto r = testing::run_sparrow("run -m " + *model_ + " -p hello -n 1 -ctv qjl");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("keys only"), std::string::npos) << r.err;
+}
+
+TEST_F(KvCli, KvBitsChoosesAConfigurationAndSaysWhich) {
+  // This model has 3 layers that own KV, one of them global (head dim 512): q8_0 keys there cost 5.2 bits per
+  // element in all, so 5.5 bits take that preset and 5 the plain tbq4 one.
+  auto r = testing::run_sparrow("run -m " + *model_ + " -p hello -n 2 --temp 0 --kv-bits 5.5");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("--kv-bits 5.5: tbq4, q8_0 K on global layers"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("global: 1 layers (q8_0/tbq4)"), std::string::npos) << r.err;
+  auto smaller = testing::run_sparrow("run -m " + *model_ + " -p hello -n 2 --temp 0 --kv-bits 5");
+  ASSERT_EQ(smaller.exit_code, 0) << smaller.err;
+  EXPECT_NE(smaller.err.find("--kv-bits 5: tbq4,"), std::string::npos) << smaller.err;
+  auto both = testing::run_sparrow("run -m " + *model_ + " -p hello -n 1 --kv-bits 4.5 -ctk q8_0");
+  EXPECT_NE(both.exit_code, 0);
+  EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
+  auto tiny = testing::run_sparrow("run -m " + *model_ + " -p hello -n 1 --kv-bits 1");
+  EXPECT_NE(tiny.exit_code, 0);
+  EXPECT_NE(tiny.err.find("no KV configuration is that small"), std::string::npos) << tiny.err;
+  auto negative = testing::run_sparrow("run -m " + *model_ + " -p hello -n 1 --kv-bits -2");
+  EXPECT_NE(negative.exit_code, 0);
 }
 
 TEST_F(KvCli, UnknownCodecFails) {

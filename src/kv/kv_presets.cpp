@@ -1,0 +1,55 @@
+#include "kv/kv_presets.h"
+
+#include <cstdio>
+
+#include "util/error.h"
+
+namespace sparrow {
+
+using formats::KvCodec;
+
+const std::vector<KvPreset>& kv_presets() {
+  // Mean KLD against f16 KV, default model, -c 512 (docs/kv-quality.md), and bits per element at head dim 256.
+  static const std::vector<KvPreset> presets = {
+      {"f16", KvCodec::F16, KvCodec::F16, {}},                             // the reference, 16 bits
+      {"q8_0", KvCodec::Q8_0, KvCodec::Q8_0, {}},                          // 0.0069, 8.5
+      {"q8_0 K, tbq4 V", KvCodec::Q8_0, KvCodec::TBQ4, {}},                // 0.0136, 6.31
+      {"tbq4, q8_0 K on global layers", KvCodec::TBQ4, KvCodec::TBQ4,      // 0.0399, 4.49
+       {{.kind = KvLayerOverride::Kind::Global, .k_codec = KvCodec::Q8_0, .v_codec = KvCodec::TBQ4}}},
+      {"tbq4", KvCodec::TBQ4, KvCodec::TBQ4, {}},                          // 0.060, 4.125
+      {"tcq3", KvCodec::TCQ3, KvCodec::TCQ3, {}},                          // 0.135, 3.125
+      {"tcq2", KvCodec::TCQ2, KvCodec::TCQ2, {}},                          // 0.72, 2.125
+  };
+  return presets;
+}
+
+std::string apply_kv_bits(const std::vector<KvLayerShape>& layers, double bits, KvCacheOptions& o) {
+  double fewest = 0;
+  for (const KvPreset& preset : kv_presets()) {
+    KvCacheOptions candidate = o;
+    candidate.k_codec = preset.k_codec;
+    candidate.v_codec = preset.v_codec;
+    candidate.layers = preset.layers;
+    // A kind the model lacks (no global layers) makes the preset the same as its base: skip it.
+    double preset_bits = 0;
+    try {
+      preset_bits = kv_bits_per_element(layers, candidate);
+    } catch (const Error&) {
+      continue;
+    }
+    fewest = preset_bits;
+    if (preset_bits > bits) continue;
+    char line[160];
+    std::snprintf(line, sizeof line, "--kv-bits %g: %s, %.3g bits per element", bits, preset.name.c_str(),
+                  preset_bits);
+    o = candidate;
+    o.chosen_by = line;
+    return line;
+  }
+  char message[160];
+  std::snprintf(message, sizeof message, "--kv-bits %g: no KV configuration is that small (the smallest, %s, takes "
+                "%.3g bits per element)", bits, kv_presets().back().name.c_str(), fewest);
+  throw Error(message);
+}
+
+}  // namespace sparrow
