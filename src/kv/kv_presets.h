@@ -15,8 +15,8 @@ struct KvPreset {
 };
 
 // Best first: by mean KL divergence against f16 KV on the default model (Gemma 3 270M) at -c 512, measured by
-// scripts/kv-quality and per-layer runs (docs/kv-quality.md). Each also has fewer bits than the one before, so the
-// first that fits a budget is the best that does.
+// scripts/kv-quality and per-layer runs (docs/kv-quality.md). On that model each also has fewer bits than the one
+// before, so the first that fits a budget is the best that does; on others the first that fits is the best-ranked.
 const std::vector<KvPreset>& kv_presets();
 
 // Sets o's codecs and per-layer overrides to the first preset whose bits per element on these layers are at most
