@@ -27,11 +27,11 @@ std::vector<int32_t> overridden_layers(const KvLayerOverride& ov, const std::vec
   const int32_t n_layer = int32_t(layers.size());
   std::vector<int32_t> selected;
   if (ov.kind != KvLayerOverride::Kind::Range) {
-    const bool sliding = ov.kind == KvLayerOverride::Kind::Sliding;
     for (int32_t il = 0; il < n_layer; ++il)
-      if (layers[il].owns_kv && layers[il].sliding == sliding) selected.push_back(il);
+      if (layers[il].owns_kv && ov.selects(il, layers[il])) selected.push_back(il);
     if (selected.empty())
-      throw Error(std::string("--kv-layers: the model has no ") + (sliding ? "sliding" : "global") + " layers");
+      throw Error(std::string("--kv-layers: the model has no ") +
+                  (ov.kind == KvLayerOverride::Kind::Sliding ? "sliding" : "global") + " layers");
     return selected;
   }
   if (ov.first < 0 || ov.last < ov.first)
@@ -41,7 +41,7 @@ std::vector<int32_t> overridden_layers(const KvLayerOverride& ov, const std::vec
     throw Error("--kv-layers: layer " + std::to_string(ov.last) + " does not exist (the model has " +
                 std::to_string(n_layer) + " layers, 0-" + std::to_string(n_layer - 1) + ")");
   for (int32_t il = ov.first; il <= ov.last; ++il)
-    if (layers[il].owns_kv) selected.push_back(il);
+    if (layers[il].owns_kv && ov.selects(il, layers[il])) selected.push_back(il);
   if (selected.empty())
     throw Error("--kv-layers: layers " + std::to_string(ov.first) + "-" + std::to_string(ov.last) +
                 " share another layer's KV cache (layer " + std::to_string(layers[ov.first].kv_source) +

@@ -29,6 +29,12 @@ struct KvLayerOverride {
   Kind kind = Kind::Range;
   int32_t first = 0, last = 0;  // for Range
   formats::KvCodec k_codec = formats::KvCodec::F16, v_codec = formats::KvCodec::F16;
+
+  // Whether the override sets layer il of shape l (a layer that owns KV).
+  bool selects(int32_t il, const KvLayerShape& l) const {
+    if (kind == Kind::Range) return il >= first && il <= last;
+    return l.sliding == (kind == Kind::Sliding);
+  }
 };
 
 // Key centering (KvLayerView::k_center) per layer: Auto centers the keys of layers whose K codec is one of

@@ -1,5 +1,6 @@
 #include "kv/kv_presets.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "util/error.h"
@@ -12,6 +13,16 @@ namespace {
 
 KvLayerOverride global_keys(KvCodec k, KvCodec v) {
   return {.kind = KvLayerOverride::Kind::Global, .k_codec = k, .v_codec = v};
+}
+
+// Whether each of the preset's overrides sets some layer of this model: one that names a kind the model lacks
+// (no global layers) would leave the preset the same as its base, so the preset does not apply.
+bool applies_to(const KvPreset& preset, const std::vector<KvLayerShape>& layers) {
+  return std::all_of(preset.layers.begin(), preset.layers.end(), [&](const KvLayerOverride& ov) {
+    for (int32_t il = 0; il < int32_t(layers.size()); ++il)
+      if (layers[il].owns_kv && ov.selects(il, layers[il])) return true;
+    return false;
+  });
 }
 
 }  // namespace
@@ -37,19 +48,14 @@ const std::vector<KvPreset>& kv_presets() {
 }
 
 std::string apply_kv_bits(const std::vector<KvLayerShape>& layers, double bits, KvCacheOptions& o) {
-  double fewest = 0;
+  double fewest = 0;  // the bits of the last preset that applies: the smallest
   for (const KvPreset& preset : kv_presets()) {
+    if (!applies_to(preset, layers)) continue;
     KvCacheOptions candidate = o;
     candidate.k_codec = preset.k_codec;
     candidate.v_codec = preset.v_codec;
     candidate.layers = preset.layers;
-    // A kind the model lacks (no global layers) makes the preset the same as its base: skip it.
-    double preset_bits = 0;
-    try {
-      preset_bits = kv_bits_per_element(layers, candidate);
-    } catch (const Error&) {
-      continue;
-    }
+    const double preset_bits = kv_bits_per_element(layers, candidate);
     fewest = preset_bits;
     if (preset_bits > bits) continue;
     char line[160];
