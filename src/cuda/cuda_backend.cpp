@@ -167,6 +167,10 @@ void CudaBackend::matmul(const WeightMatrix& w, const float* x, int64_t n_tokens
   cuda::matmul(*matmul_, w, x, n_tokens, y);
 }
 
+void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) {
+  cuda::matmul(*matmul_, x, n_tokens, targets);
+}
+
 void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) {
   if (n_ids <= 0) return;
   for (int64_t r = 0; r < n_ids; ++r)
@@ -187,6 +191,16 @@ void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids
 
 void CudaBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) {
   cuda::rms_norm(target(), x, weight, n_rows, dim, eps, y);
+}
+
+void CudaBackend::add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
+                               const float* next_weight, float* next) {
+  cuda::add_rms_norm(target(), x, r, r_weight, n_rows, dim, eps, next_weight, next);
+}
+
+void CudaBackend::rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads,
+                                int32_t head_dim, int32_t first_position, const RopeParams& params) {
+  cuda::rms_norm_rope(target(), x, weight, eps, n_tokens, n_heads, head_dim, first_position, params);
 }
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,

@@ -63,11 +63,17 @@ class CudaBackend final : public Backend {
   void synchronize() override;
 
   void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) override;
+  // The input converted once for all targets; targets of one block type and input length in one GEMV launch.
+  void matmuls(const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) override;
   // ids are host memory; they are checked against the vocabulary and copied to the device.
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override;
+  void add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
+                    const float* next_weight, float* next) override;
   void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
             const RopeParams& params) override;
+  void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+                     int32_t first_position, const RopeParams& params) override;
   void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void add(float* y, const float* x, int64_t n) override;
   void scale(float* y, float s, int64_t n) override;

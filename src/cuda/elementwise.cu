@@ -177,18 +177,41 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t dim
   }
 }
 
-// One block per token: the token's angles once in shared memory, then every head's pairs rotated with them.
+// x + y, rounded once: never contracted into an FMA with the product that made y (the CPU adds in a separate
+// op, so a fused multiply-add would round differently from it).
+__device__ float add_rounded(float x, float y) { return __fadd_rn(x, y); }
+
+// The residual step (elementwise.h), one block per row: r's sum of squares, then r normalized in place and
+// added to x while x's new sum of squares is taken, then x normalized into next. Each thread writes only the
+// elements it read, so the passes need no synchronization beyond the block sums.
+__global__ void add_rms_norm_kernel(float* x, float* r, const float* r_weight, int64_t dim, float eps,
+                                    const float* next_weight, float* next) {
+  float* xr = x + int64_t(blockIdx.x) * dim;
+  float* rr = r + int64_t(blockIdx.x) * dim;
+  float squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) squares += rr[i] * rr[i];
+  const float inv = 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
+  float x_squares = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+    const float v = r_weight ? rr[i] * inv * r_weight[i] : rr[i] * inv;
+    rr[i] = v;
+    const float h = add_rounded(xr[i], v);
+    xr[i] = h;
+    x_squares += h * h;
+  }
+  if (next == nullptr) return;  // the same for every thread of the block
+  float* nr = next + int64_t(blockIdx.x) * dim;
+  const float x_inv = 1.0f / sqrtf(block_sum(x_squares) / float(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) nr[i] = next_weight ? xr[i] * x_inv * next_weight[i] : xr[i] * x_inv;
+}
+
+// RoPE's angles for one position into shared memory (cos_t[half], sin_t[half]), by the whole block.
 // theta_i = position * theta_scale^i is built by repeated float multiplication, as the CPU backend and ggml do,
 // by one thread: a product chain rounds differently from powf, and the difference grows with the position.
-// The rotation uses explicitly rounded products so that no FMA contraction changes the CPU's rounding.
-__global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t half, int32_t first_position,
-                            float theta_scale, float freq_scale, const float* freq_divisors) {
-  extern __shared__ float angles[];  // cos[half], then sin[half]
-  float* cos_t = angles;
-  float* sin_t = angles + half;
-  const int64_t t = blockIdx.x;
+__device__ void rope_angles(int64_t position, int32_t half, float theta_scale, float freq_scale,
+                            const float* freq_divisors, float* cos_t, float* sin_t) {
   if (threadIdx.x == 0) {
-    float theta = float(first_position + t);
+    float theta = float(position);
     for (int32_t i = 0; i < half; ++i) {
       cos_t[i] = theta;
       theta *= theta_scale;
@@ -201,13 +224,56 @@ __global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t
     sincosf(angle, &sin_t[i], &cos_t[i]);
   }
   __syncthreads();
+}
+
+// The NEOX rotation of the pair (a, b) by the angle of (c, s), with explicitly rounded products so that no FMA
+// contraction changes the CPU's rounding.
+__device__ float2 rotate(float a, float b, float c, float s) {
+  return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
+}
+
+// One block per token: the token's angles once in shared memory, then every head's pairs rotated with them.
+__global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t half, int32_t first_position,
+                            float theta_scale, float freq_scale, const float* freq_divisors) {
+  extern __shared__ float angles[];  // cos[half], then sin[half]
+  float* cos_t = angles;
+  float* sin_t = angles + half;
+  const int64_t t = blockIdx.x;
+  rope_angles(first_position + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
   float* token = x + t * n_heads * int64_t(head_dim);
   for (int32_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
     const int32_t h = e / half, i = e % half;
     float* v = token + int64_t(h) * head_dim;
-    const float a = v[i], b = v[i + half], c = cos_t[i], s = sin_t[i];
-    v[i] = __fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s));
-    v[i + half] = __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c));
+    const float2 rotated = rotate(v[i], v[i + half], cos_t[i], sin_t[i]);
+    v[i] = rotated.x;
+    v[i + half] = rotated.y;
+  }
+}
+
+// rms_norm per head, then RoPE (elementwise.h): one block per token, its angles in shared memory as in
+// rope_kernel, one warp per head: the head's sum of squares from a warp reduction, then its pairs normalized
+// and rotated (elements past n_rot only normalized). Every element is read and written by one lane.
+__global__ void rms_norm_rope_kernel(float* x, const float* weight, float eps, int32_t n_heads, int32_t head_dim,
+                                     int32_t half, int32_t first_position, float theta_scale, float freq_scale,
+                                     const float* freq_divisors) {
+  extern __shared__ float angles[];  // cos[half], then sin[half]
+  float* cos_t = angles;
+  float* sin_t = angles + half;
+  const int64_t t = blockIdx.x;
+  rope_angles(first_position + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
+  const int lane = threadIdx.x & 31, n_warps = int(blockDim.x >> 5);
+  auto normalized = [&](const float* v, int32_t i, float inv) { return weight ? v[i] * inv * weight[i] : v[i] * inv; };
+  for (int32_t h = int32_t(threadIdx.x >> 5); h < n_heads; h += n_warps) {
+    float* v = x + (t * n_heads + h) * int64_t(head_dim);
+    float squares = 0.0f;
+    for (int32_t i = lane; i < head_dim; i += 32) squares += v[i] * v[i];
+    const float inv = 1.0f / sqrtf(warp_sum(squares) / float(head_dim) + eps);
+    for (int32_t i = lane; i < half; i += 32) {
+      const float2 rotated = rotate(normalized(v, i, inv), normalized(v, i + half, inv), cos_t[i], sin_t[i]);
+      v[i] = rotated.x;
+      v[i + half] = rotated.y;
+    }
+    for (int32_t i = 2 * half + lane; i < head_dim; i += 32) v[i] = normalized(v, i, inv);
   }
 }
 
@@ -280,19 +346,54 @@ void rms_norm(const LaunchTarget& target, const float* x, const float* weight, i
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 
-void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
-          int32_t first_position, const RopeParams& params) {
+void add_rms_norm(const LaunchTarget& target, float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim,
+                  float eps, const float* next_weight, float* next) {
+  if (n_rows <= 0) return;
+  if (dim <= 0) throw Error("add_rms_norm: row length " + std::to_string(dim) + " is not positive");
+  add_rms_norm_kernel<<<unsigned(n_rows), row_threads(dim / 4), 0, target.stream>>>(x, r, r_weight, dim, eps,
+                                                                                     next_weight, next);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+namespace {
+
+// RoPE's launch parameters, checked.
+struct RopeLaunch {
+  int32_t half;
+  float theta_scale;
+  size_t shared_bytes;  // the angles' cos and sin
+};
+
+RopeLaunch rope_launch(const char* op, int32_t head_dim, const RopeParams& params) {
   if (params.n_rot <= 0 || params.n_rot % 2 != 0 || params.n_rot > head_dim)
-    throw Error("rope: n_rot " + std::to_string(params.n_rot) + " must be even, positive and at most the head dim " +
-                std::to_string(head_dim));
-  if (n_tokens <= 0 || n_heads <= 0) return;
+    throw Error(std::string(op) + ": n_rot " + std::to_string(params.n_rot) +
+                " must be even, positive and at most the head dim " + std::to_string(head_dim));
   const int32_t half = params.n_rot / 2;
   // The same float expression as the CPU backend, evaluated on the host, so theta_scale has the same bits.
-  const float theta_scale = std::pow(params.freq_base, -2.0f / float(params.n_rot));
-  const int threads = row_threads(int64_t(n_heads) * half);
-  const size_t shared_bytes = 2 * size_t(half) * sizeof(float);
-  rope_kernel<<<unsigned(n_tokens), threads, shared_bytes, target.stream>>>(
-      x, n_heads, head_dim, half, first_position, theta_scale, params.freq_scale, params.freq_divisors);
+  return {half, std::pow(params.freq_base, -2.0f / float(params.n_rot)), 2 * size_t(half) * sizeof(float)};
+}
+
+}  // namespace
+
+void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+          int32_t first_position, const RopeParams& params) {
+  const RopeLaunch launch = rope_launch("rope", head_dim, params);
+  if (n_tokens <= 0 || n_heads <= 0) return;
+  const int threads = row_threads(int64_t(n_heads) * launch.half);
+  rope_kernel<<<unsigned(n_tokens), threads, launch.shared_bytes, target.stream>>>(
+      x, n_heads, head_dim, launch.half, first_position, launch.theta_scale, params.freq_scale,
+      params.freq_divisors);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+void rms_norm_rope(const LaunchTarget& target, float* x, const float* weight, float eps, int64_t n_tokens,
+                   int32_t n_heads, int32_t head_dim, int32_t first_position, const RopeParams& params) {
+  const RopeLaunch launch = rope_launch("rms_norm_rope", head_dim, params);
+  if (n_tokens <= 0 || n_heads <= 0) return;
+  const int threads = 32 * std::min(n_heads, kMaxRowThreads / 32);  // a warp per head
+  rms_norm_rope_kernel<<<unsigned(n_tokens), threads, launch.shared_bytes, target.stream>>>(
+      x, weight, eps, n_heads, head_dim, launch.half, first_position, launch.theta_scale, params.freq_scale,
+      params.freq_divisors);
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 

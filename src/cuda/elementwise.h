@@ -22,9 +22,16 @@ struct LaunchTarget {
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (weight may be null); y may equal x.
 void rms_norm(const LaunchTarget& target, const float* x, const float* weight, int64_t n_rows, int64_t dim,
               float eps, float* y);
+// Backend::add_rms_norm in one kernel: x += (r = rms_norm(r) * r_weight); then, when next is set,
+// next = rms_norm(x) * next_weight. Either weight may be null (no weight).
+void add_rms_norm(const LaunchTarget& target, float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim,
+                  float eps, const float* next_weight, float* next);
 // Backend::rope: NEOX pairs (i, i + n_rot/2), in place; params.freq_divisors in device memory or null.
 void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
           int32_t first_position, const RopeParams& params);
+// Backend::rms_norm_rope in one kernel: each head of x normalized (times weight, which may be null), then rope.
+void rms_norm_rope(const LaunchTarget& target, float* x, const float* weight, float eps, int64_t n_tokens,
+                   int32_t n_heads, int32_t head_dim, int32_t first_position, const RopeParams& params);
 // y = gelu(gate) * up (up may be null: y = gelu(gate)); y may alias gate. gelu_table: the device copy of
 // gelu_f16_table().
 void gelu_mul(const LaunchTarget& target, const uint16_t* gelu_table, const float* gate, const float* up,

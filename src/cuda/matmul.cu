@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "cuda/activations.h"
@@ -234,48 +235,97 @@ MatmulContext::MatmulContext(cudaStream_t stream)
 
 MatmulContext::~MatmulContext() { cublasDestroy(cublas_); }
 
-void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
-  formats::visit_weight_type(w.type, "cuda::matmul", [&](auto type) {
-    constexpr TensorType T = decltype(type)::value;
-    const size_t row_bytes = checked_row_bytes<T>("cuda::matmul", w);
-    if (n_tokens < 0 || n_tokens > INT_MAX) {
-      throw Error("cuda::matmul: n_tokens " + std::to_string(n_tokens) + " out of range");
-    }
-    if (n_tokens == 0) return;
-    if (x == nullptr || y == nullptr) throw Error("cuda::matmul: null activations or output");
-    if constexpr (formats::WeightInt8<T>::kSupported) {
-      // Block weights: their 8-bit codes times the activations' (matmul_int8.h), decode and prefill.
-      const size_t n = size_t(n_tokens * w.n_in);
-      const ActivationOutputs q8{.q = ctx.activation_bits.get<int8_t>(n),
-                                 .scale = ctx.activation_scales.get<float>(n / 32),
-                                 .sum32 = ctx.activation_sums.get<float>(n / 32)};
-      quantize_activations(ctx.stream(), formats::find_weight_format(T)->activation, x, n_tokens, w.n_in, q8);
-      matmul_int8(ctx, w, q8.q, q8.scale, q8.sum32, n_tokens, y);
+namespace {
+
+// Float weights, one matrix: the activations as the CPU multiplies them with this type (activations.h), then
+// the GEMV (decode) or cuBLAS (prefill).
+template <TensorType T>
+void float_matmul(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, const float* x, int64_t n_tokens,
+                  float* y) {
+  constexpr formats::ActivationFormat kActivation = formats::find_weight_format(T)->activation;
+  const bool half_gemm = T != TensorType::F32 && n_tokens > kMaxGemvTokens;
+  const float* rounded = x;
+  const uint16_t* half = nullptr;
+  if constexpr (kActivation != formats::ActivationFormat::F32) {
+    const size_t n = size_t(n_tokens * w.n_in);
+    ActivationOutputs out;
+    if (half_gemm) {
+      out.half = ctx.activation_bits.get<uint16_t>(n);
     } else {
-      // Float weights: the activations as the CPU multiplies them with this type (activations.h).
-      constexpr formats::ActivationFormat kActivation = formats::find_weight_format(T)->activation;
-      const bool half_gemm = T != TensorType::F32 && n_tokens > kMaxGemvTokens;
-      const float* rounded = x;
-      const uint16_t* half = nullptr;
-      if constexpr (kActivation != formats::ActivationFormat::F32) {
-        const size_t n = size_t(n_tokens * w.n_in);
-        ActivationOutputs out;
-        if (half_gemm) {
-          out.half = ctx.activation_bits.get<uint16_t>(n);
-        } else {
-          out.rounded = ctx.activations.get<float>(n);
-        }
-        quantize_activations(ctx.stream(), kActivation, x, n_tokens, w.n_in, out);
-        rounded = out.rounded;
-        half = out.half;
-      }
-      if (n_tokens <= kMaxGemvTokens) {
-        launch_gemv<T>(ctx, w, row_bytes, rounded, n_tokens, y);
-      } else {
-        float_gemm<T>(ctx, w, rounded, half, n_tokens, y);
-      }
+      out.rounded = ctx.activations.get<float>(n);
     }
-  });
+    quantize_activations(ctx.stream(), kActivation, x, n_tokens, w.n_in, out);
+    rounded = out.rounded;
+    half = out.half;
+  }
+  if (n_tokens <= kMaxGemvTokens) {
+    launch_gemv<T>(ctx, w, row_bytes, rounded, n_tokens, y);
+  } else {
+    float_gemm<T>(ctx, w, rounded, half, n_tokens, y);
+  }
+}
+
+// The activation format and input length that ctx's 8-bit activation buffers hold, converted from one x.
+struct Converted {
+  formats::ActivationFormat format;
+  int64_t n_in;
+  ActivationOutputs buffers;
+};
+
+}  // namespace
+
+void matmul(MatmulContext& ctx, const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) {
+  if (n_tokens < 0 || n_tokens > INT_MAX) {
+    throw Error("cuda::matmul: n_tokens " + std::to_string(n_tokens) + " out of range");
+  }
+  for (const MatmulTarget& t : targets) {
+    formats::visit_weight_type(t.w.type, "cuda::matmul", [&](auto type) {
+      checked_row_bytes<decltype(type)::value>("cuda::matmul", t.w);
+    });
+  }
+  if (n_tokens == 0 || targets.empty()) return;
+  if (x == nullptr) throw Error("cuda::matmul: null activations");
+  for (const MatmulTarget& t : targets)
+    if (t.y == nullptr) throw Error("cuda::matmul: null output");
+
+  std::optional<Converted> converted;
+  for (size_t i = 0; i < targets.size();) {
+    const WeightMatrix& w = targets[i].w;
+    if (!matmul_int8_supports(w.type)) {
+      formats::visit_weight_type(w.type, "cuda::matmul", [&](auto type) {
+        constexpr TensorType T = decltype(type)::value;
+        if constexpr (!formats::WeightInt8<T>::kSupported) {
+          float_matmul<T>(ctx, w, checked_row_bytes<T>("cuda::matmul", w), x, n_tokens, targets[i].y);
+        }
+      });
+      converted.reset();  // the float path reuses the 8-bit buffers
+      ++i;
+      continue;
+    }
+    // Block weights: their 8-bit codes times the activations' (matmul_int8.h), a run of one type per launch.
+    size_t j = i + 1;
+    while (j < targets.size() && j - i < size_t(kMaxGemvMatrices) && targets[j].w.type == w.type &&
+           targets[j].w.n_in == w.n_in) {
+      ++j;
+    }
+    const formats::ActivationFormat format = formats::find_weight_format(w.type)->activation;
+    if (!converted || converted->format != format || converted->n_in != w.n_in) {
+      const size_t n = size_t(n_tokens * w.n_in);
+      converted = Converted{format, w.n_in,
+                            ActivationOutputs{.q = ctx.activation_bits.get<int8_t>(n),
+                                              .scale = ctx.activation_scales.get<float>(n / 32),
+                                              .sum32 = ctx.activation_sums.get<float>(n / 32)}};
+      quantize_activations(ctx.stream(), format, x, n_tokens, w.n_in, converted->buffers);
+    }
+    const ActivationOutputs& q8 = converted->buffers;
+    matmul_int8(ctx, targets.subspan(i, j - i), q8.q, q8.scale, q8.sum32, n_tokens);
+    i = j;
+  }
+}
+
+void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
+  const MatmulTarget target{w, y};
+  matmul(ctx, x, n_tokens, std::span(&target, 1));
 }
 
 void get_rows(MatmulContext& ctx, const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale,

@@ -20,9 +20,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "cuda/device_scratch.h"
 #include "formats/weight_matrix.h"
+#include "ops/backend.h"
 
 namespace sparrow::cuda {
 
@@ -51,6 +53,11 @@ class MatmulContext {
 // Enqueued on ctx's stream. Throws an Error for an unsupported type or a shape the type cannot have (n_in a
 // multiple of the block size; of 8 for the float types).
 void matmul(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens, float* y);
+
+// Backend::matmuls: y_i = W_i x for every target, x converted once for consecutive targets that take the same
+// activation format and n_in, and consecutive targets of one block type and n_in multiplied in one launch
+// (matmul_int8). Each y_i is bit-identical to matmul(ctx, W_i, x, n_tokens, y_i).
+void matmul(MatmulContext& ctx, const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets);
 
 // out[r][i] = scale * W[ids[r]][i], dequantized; ids: device memory. Ids are read on the device only, so an id
 // outside [0, n_out) cannot raise an error: its row comes out NaN.

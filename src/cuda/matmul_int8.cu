@@ -354,19 +354,32 @@ __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const in
   return dot;
 }
 
+// The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): CTAs
+// [first_cta[m], first_cta[m + 1]) compute matrix m's rows, kGemvWarps rows each.
+struct GemvMatrices {
+  const uint8_t* w[kMaxGemvMatrices];
+  float* y[kMaxGemvMatrices];
+  int n_out[kMaxGemvMatrices];
+  int first_cta[kMaxGemvMatrices + 1];
+  int count;
+};
+
 template <TensorType T>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    gemv_int8_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int n_in, int n_out,
-                     const int8_t* __restrict__ xq, const float* __restrict__ x_scale,
-                     const float* __restrict__ x_sum32, int n_tokens, float* __restrict__ y) {
+    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, const int8_t* __restrict__ xq,
+                     const float* __restrict__ x_scale, const float* __restrict__ x_sum32, int n_tokens) {
   using W = WeightInt8<T>;
   using Unit = typename W::Unit;
   constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks, kUnits = kGemvUnits<T>;
   __shared__ uint4 staging[kGemvWarps][kGemvStagingWords<T>];
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int64_t row = int64_t(blockIdx.x) * kGemvWarps + warp;
+  int m = 0;
+  while (m + 1 < matrices.count && int(blockIdx.x) >= matrices.first_cta[m + 1]) ++m;
+  const int n_out = matrices.n_out[m];
+  float* __restrict__ y = matrices.y[m];
+  const int64_t row = int64_t(int(blockIdx.x) - matrices.first_cta[m]) * kGemvWarps + warp;
   if (row >= n_out) return;  // warps never synchronize with each other
-  const uint8_t* row_data = w + size_t(row) * row_bytes;
+  const uint8_t* row_data = matrices.w[m] + size_t(row) * row_bytes;
   const int n_units = n_in / kUnitElements<T>;
 
   float acc[kMaxGemvTokens];
@@ -449,22 +462,47 @@ size_t checked_row_bytes(const WeightMatrix& w, const int8_t* xq, const float* x
 }
 
 template <TensorType T>
-void launch(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
-            const float* x_sum32, int64_t n_tokens, float* y) {
-  const size_t row_bytes = checked_row_bytes<T>(w, xq, x_scale, x_sum32, n_tokens, y);
-  if (n_tokens == 0) return;
-  const auto* weights = static_cast<const uint8_t*>(w.data);
-  if (n_tokens <= kMaxGemvTokens) {
-    gemv_int8_kernel<T><<<unsigned((w.n_out + kGemvWarps - 1) / kGemvWarps), kGemvWarps * kWarp, 0, ctx.stream()>>>(
-        weights, row_bytes, int(w.n_in), int(w.n_out), xq, x_scale, x_sum32, int(n_tokens), y);
-  } else {
-    require_sm80<T>();
-    const dim3 grid(unsigned((w.n_out + kTileRows - 1) / kTileRows),
-                    unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
-    int8_mma_kernel<T><<<grid, kThreads, 0, ctx.stream()>>>(weights, row_bytes, int(w.n_in), int(w.n_out), xq,
-                                                             x_scale, x_sum32, int(n_tokens), y);
+void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
+            const float* x_sum32, int64_t n_tokens) {
+  const std::string what = std::string("cuda::matmul_int8 (") + tensor_type_name(T) + ")";
+  if (targets.empty() || targets.size() > size_t(kMaxGemvMatrices)) {
+    throw Error(what + ": " + std::to_string(targets.size()) + " matrices (1 to " +
+                std::to_string(kMaxGemvMatrices) + ")");
   }
-  SPARROW_CUDA_CHECK_LAUNCH();
+  size_t row_bytes = 0;
+  for (const MatmulTarget& t : targets) {
+    if (t.w.type != T || t.w.n_in != targets[0].w.n_in) {
+      throw Error(what + ": the matrices of one product differ in type or input length");
+    }
+    row_bytes = checked_row_bytes<T>(t.w, xq, x_scale, x_sum32, n_tokens, t.y);
+  }
+  if (n_tokens == 0) return;
+  const int n_in = int(targets[0].w.n_in);
+  if (n_tokens <= kMaxGemvTokens) {
+    GemvMatrices matrices{};
+    matrices.count = int(targets.size());
+    for (int m = 0; m < matrices.count; ++m) {
+      const WeightMatrix& w = targets[m].w;
+      const int64_t ctas = (w.n_out + kGemvWarps - 1) / kGemvWarps;
+      if (matrices.first_cta[m] + ctas > INT_MAX) throw Error(what + ": too many rows for one launch");
+      matrices.w[m] = static_cast<const uint8_t*>(w.data);
+      matrices.y[m] = targets[m].y;
+      matrices.n_out[m] = int(w.n_out);
+      matrices.first_cta[m + 1] = matrices.first_cta[m] + int(ctas);
+    }
+    gemv_int8_kernel<T><<<unsigned(matrices.first_cta[matrices.count]), kGemvWarps * kWarp, 0, ctx.stream()>>>(
+        matrices, row_bytes, n_in, xq, x_scale, x_sum32, int(n_tokens));
+    SPARROW_CUDA_CHECK_LAUNCH();
+    return;
+  }
+  require_sm80<T>();
+  for (const MatmulTarget& t : targets) {
+    const dim3 grid(unsigned((t.w.n_out + kTileRows - 1) / kTileRows),
+                    unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
+    int8_mma_kernel<T><<<grid, kThreads, 0, ctx.stream()>>>(static_cast<const uint8_t*>(t.w.data), row_bytes, n_in,
+                                                             int(t.w.n_out), xq, x_scale, x_sum32, int(n_tokens), t.y);
+    SPARROW_CUDA_CHECK_LAUNCH();
+  }
 }
 
 }  // namespace
@@ -477,10 +515,17 @@ bool matmul_int8_supports(TensorType type) {
 
 void matmul_int8(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
                  const float* x_sum32, int64_t n_tokens, float* y) {
-  formats::visit_weight_type(w.type, "cuda::matmul_int8", [&](auto type) {
+  const MatmulTarget target{w, y};
+  matmul_int8(ctx, std::span(&target, 1), xq, x_scale, x_sum32, n_tokens);
+}
+
+void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
+                 const float* x_sum32, int64_t n_tokens) {
+  if (targets.empty()) return;
+  formats::visit_weight_type(targets[0].w.type, "cuda::matmul_int8", [&](auto type) {
     constexpr TensorType T = decltype(type)::value;
     if constexpr (WeightInt8<T>::kSupported) {
-      launch<T>(ctx, w, xq, x_scale, x_sum32, n_tokens, y);
+      launch<T>(ctx, targets, xq, x_scale, x_sum32, n_tokens);
     } else {
       throw Error(std::string("cuda::matmul_int8: weight type ") + tensor_type_name(T) +
                   " has no 8-bit integer form (formats/weight_int8.h); use cuda::matmul");

@@ -16,6 +16,7 @@
 // dp4a on the codes, the terms summed per lane and then across the warp; more tokens (prefill) mma.sync on integer
 // tensor cores, the terms added in sub-block order.
 #include <cstdint>
+#include <span>
 
 #include "cuda/matmul.h"
 #include "formats/weight_matrix.h"
@@ -35,5 +36,12 @@ bool matmul_int8_supports(TensorType type);
 // a misaligned or null pointer, or, for more than kMaxGemvTokens tokens, a device (or a build) below sm_80.
 void matmul_int8(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, const float* x_scale,
                  const float* x_sum32, int64_t n_tokens, float* y);
+
+// The products of up to kMaxGemvMatrices matrices of one type and n_in with the same activations (q, k and v;
+// gate and up): the decode GEMV runs them all in one launch, the prefill GEMM one launch each. Throws an Error
+// as above, and for matrices that differ in type or n_in.
+constexpr int kMaxGemvMatrices = 4;
+void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
+                 const float* x_sum32, int64_t n_tokens);
 
 }  // namespace sparrow::cuda

@@ -121,16 +121,13 @@ void GemmaForward::per_layer_inputs(const int32_t* tokens, int32_t n) {
 void GemmaForward::layer(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t rows = n;
-  // h += post_attention_norm(attention(attn_norm(h)))
+  // h += post_attention_norm(attention(attn_norm(h))), with ffn_norm(h) for the feed-forward block
   backend_.rms_norm(x_, w.attn_norm, rows, config_.n_embd, config_.rms_eps, xn_);
   attention(il, n);
-  backend_.rms_norm(block_, w.post_attention_norm, rows, config_.n_embd, config_.rms_eps, block_);
-  backend_.add(x_, block_, rows * config_.n_embd);
+  backend_.add_rms_norm(x_, block_, w.post_attention_norm, rows, config_.n_embd, config_.rms_eps, w.ffn_norm, xn_);
   // h += post_ffw_norm(ffn(ffn_norm(h)))
-  backend_.rms_norm(x_, w.ffn_norm, rows, config_.n_embd, config_.rms_eps, xn_);
   feed_forward(il, n);
-  backend_.rms_norm(block_, w.post_ffw_norm, rows, config_.n_embd, config_.rms_eps, block_);
-  backend_.add(x_, block_, rows * config_.n_embd);
+  backend_.add_rms_norm(x_, block_, w.post_ffw_norm, rows, config_.n_embd, config_.rms_eps);
   if (config_.n_embd_per_layer > 0) per_layer_embedding(il, n);
   if (w.output_scale != 1.0f) backend_.scale(x_, w.output_scale, rows * config_.n_embd);
 }
@@ -150,27 +147,27 @@ void GemmaForward::attention(int32_t il, int32_t n) {
   const int32_t d = l.head_dim;
   const int64_t q_width = int64_t(config_.n_heads) * d, kv_width = int64_t(l.n_kv_heads) * d;
   const RopeParams rope = rope_params(l);
-  // q = RoPE(RMSNorm_head(Wq x) * q_norm)
-  backend_.matmul(w.attn_q, xn_, n, q_);
-  backend_.rms_norm(q_, w.attn_q_norm, int64_t(n) * config_.n_heads, d, config_.rms_eps, q_);
+  // q = RoPE(RMSNorm_head(Wq x) * q_norm); k = RoPE(RMSNorm_head(Wk x) * k_norm); v = Wv x (Gemma 4 k_eq_v: the
+  // raw K projection), which Gemma 4 then normalizes per head without a weight.
   if (l.owns_kv) {
-    // k = RoPE(RMSNorm_head(Wk x) * k_norm); v = Wv x (Gemma 4 k_eq_v: the raw K projection),
-    // Gemma 4 then normalizes v per head without a weight.
+    const MatmulTarget qkv[] = {{w.attn_q, q_}, {w.attn_k, k_}, {w.attn_v, v_}};
+    backend_.matmuls(xn_, n, std::span(qkv).first(w.attn_v.data ? 3 : 2));
     const int64_t kv_rows = int64_t(n) * l.n_kv_heads;
-    backend_.matmul(w.attn_k, xn_, n, k_);
-    if (w.attn_v.data) backend_.matmul(w.attn_v, xn_, n, v_);
-    else backend_.copy(v_, k_, kv_rows * d);
-    backend_.rms_norm(k_, w.attn_k_norm, kv_rows, d, config_.rms_eps, k_);
+    if (!w.attn_v.data) backend_.copy(v_, k_, kv_rows * d);
     if (config_.normalize_v) backend_.rms_norm(v_, nullptr, kv_rows, d, config_.rms_eps, v_);
+  } else {
+    backend_.matmul(w.attn_q, xn_, n, q_);
   }
   // Positions and KV are each sequence's own.
   for (const Placed& p : runs_) {
     const SequenceRun& r = p.run;
     float* q = q_ + p.first_token * q_width;
-    backend_.rope(q, r.n_tokens, config_.n_heads, d, r.first_position, rope);
+    backend_.rms_norm_rope(q, w.attn_q_norm, config_.rms_eps, r.n_tokens, config_.n_heads, d, r.first_position,
+                           rope);
     if (l.owns_kv) {
       float* k = k_ + p.first_token * kv_width;
-      backend_.rope(k, r.n_tokens, l.n_kv_heads, d, r.first_position, rope);
+      backend_.rms_norm_rope(k, w.attn_k_norm, config_.rms_eps, r.n_tokens, l.n_kv_heads, d, r.first_position,
+                             rope);
       r.cache->store(il, k, v_ + p.first_token * kv_width, r.n_tokens, r.first_position);
     }
     AttentionArgs args;
@@ -191,8 +188,8 @@ void GemmaForward::attention(int32_t il, int32_t n) {
 void GemmaForward::feed_forward(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t n_ff = config_.layers[il].n_ff;
-  backend_.matmul(w.ffn_gate, xn_, n, gate_);
-  backend_.matmul(w.ffn_up, xn_, n, up_);
+  const MatmulTarget gate_up[] = {{w.ffn_gate, gate_}, {w.ffn_up, up_}};
+  backend_.matmuls(xn_, n, gate_up);
   backend_.gelu_mul(gate_, up_, n * n_ff, gate_);
   backend_.matmul(w.ffn_down, gate_, n, block_);
 }
@@ -205,8 +202,7 @@ void GemmaForward::per_layer_embedding(int32_t il, int32_t n) {
   backend_.gelu_mul(gate_, nullptr, n * P, gate_);
   backend_.mul_rows(gate_, ple_ + il * P, n, P, int64_t(config_.n_layer) * P);
   backend_.matmul(w.ple_proj, gate_, n, block_);
-  backend_.rms_norm(block_, w.ple_post_norm, n, config_.n_embd, config_.rms_eps, block_);
-  backend_.add(x_, block_, int64_t(n) * config_.n_embd);
+  backend_.add_rms_norm(x_, block_, w.ple_post_norm, n, config_.n_embd, config_.rms_eps);
 }
 
 // logits = softcap(token_embd · output_norm(h)) for the kept rows, logit_rows_ at a time, so that the

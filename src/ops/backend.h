@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "formats/kv/kv_codec.h"
@@ -52,6 +53,12 @@ struct AttentionArgs {
   KvLayerView kv;
 };
 
+// One product of a group that shares its input (Backend::matmuls): y = w x.
+struct MatmulTarget {
+  WeightMatrix w;
+  float* y = nullptr;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -83,13 +90,34 @@ class Backend {
 
   // y[t][o] = sum_i w[o][i] * x[t][i]
   virtual void matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) = 0;
+  // y_i = w_i x for every target: the products of one input (q, k and v; gate and up), which a backend may
+  // convert once and run as one kernel. Each y_i equals what matmul(w_i, x, n_tokens, y_i) writes.
+  virtual void matmuls(const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) {
+    for (const MatmulTarget& t : targets) matmul(t.w, x, n_tokens, t.y);
+  }
   // out[r] = scale * w[ids[r]] (embedding lookup)
   virtual void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) = 0;
   // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (weight may be null: no weight); y may equal x.
   virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) = 0;
+  // The residual step after a block: x += rms_norm(r) * r_weight, r overwritten with rms_norm(r) * r_weight;
+  // then, when next is set, next = rms_norm(x) * next_weight (the following block's input). x, r, next:
+  // [n_rows][dim]. Each result equals what the ops one by one (rms_norm, add, rms_norm) write.
+  virtual void add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
+                            const float* next_weight = nullptr, float* next = nullptr) {
+    rms_norm(r, r_weight, n_rows, dim, eps, r);
+    add(x, r, n_rows * dim);
+    if (next) rms_norm(x, next_weight, n_rows, dim, eps, next);
+  }
   // In place on x[n_tokens][n_heads][head_dim]; token t is at position first_position + t.
   virtual void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
                     const RopeParams& params) = 0;
+  // x = RoPE(rms_norm(x) * weight), each head normalized on its own: the query and key path. Equals rms_norm
+  // over n_tokens * n_heads rows of head_dim, then rope.
+  virtual void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads,
+                             int32_t head_dim, int32_t first_position, const RopeParams& params) {
+    rms_norm(x, weight, n_tokens * n_heads, head_dim, eps, x);
+    rope(x, n_tokens, n_heads, head_dim, first_position, params);
+  }
   // y = gelu_tanh(gate) * up (up may be null: y = gelu_tanh(gate)); y may alias gate.
   virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;
   virtual void add(float* y, const float* x, int64_t n) = 0;       // y += x

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <iomanip>
+#include <vector>
 
 #include "util/error.h"
 
@@ -71,6 +72,17 @@ class LockstepBackend final : public Backend {
                              std::to_string(w.n_out) + (n_tokens > 1 ? " batch" : " single"),
                          y, size_t(n_tokens * w.n_out));
   }
+  void matmuls(const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) override {
+    std::vector<MatmulTarget> ref_targets;
+    for (const MatmulTarget& t : targets) ref_targets.push_back({l_.reference_of(t.w), l_.reference_of(t.y)});
+    ref_.matmuls(l_.reference_of(x), n_tokens, ref_targets);
+    test_.matmuls(x, n_tokens, targets);
+    for (const MatmulTarget& t : targets) {
+      l_.compare_and_force("matmuls " + std::string(tensor_type_name(t.w.type)) + " " + std::to_string(t.w.n_in) +
+                               "x" + std::to_string(t.w.n_out) + (n_tokens > 1 ? " batch" : " single"),
+                           t.y, size_t(n_tokens * t.w.n_out));
+    }
+  }
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) override {
     ref_.embed(l_.reference_of(w), ids, n_ids, scale, l_.reference_of(out));
     test_.embed(w, ids, n_ids, scale, out);
@@ -81,6 +93,27 @@ class LockstepBackend final : public Backend {
                   l_.reference_of(y));
     test_.rms_norm(x, weight, n_rows, dim, eps, y);
     l_.compare_and_force("rms_norm dim " + std::to_string(dim), y, size_t(n_rows * dim));
+  }
+  void add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
+                    const float* next_weight, float* next) override {
+    ref_.add_rms_norm(l_.reference_of(x), l_.reference_of(r), r_weight ? l_.reference_of(r_weight) : nullptr,
+                      n_rows, dim, eps, next_weight ? l_.reference_of(next_weight) : nullptr,
+                      next ? l_.reference_of(next) : nullptr);
+    test_.add_rms_norm(x, r, r_weight, n_rows, dim, eps, next_weight, next);
+    const size_t n = size_t(n_rows * dim);
+    const std::string what = "add_rms_norm dim " + std::to_string(dim);
+    l_.compare_and_force(what + " (block)", r, n);
+    l_.compare_and_force(what + " (sum)", x, n);
+    if (next) l_.compare_and_force(what + " (next input)", next, n);
+  }
+  void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+                     int32_t first_position, const RopeParams& params) override {
+    RopeParams ref_params = params;
+    if (params.freq_divisors) ref_params.freq_divisors = l_.reference_of(params.freq_divisors);
+    ref_.rms_norm_rope(l_.reference_of(x), weight ? l_.reference_of(weight) : nullptr, eps, n_tokens, n_heads,
+                       head_dim, first_position, ref_params);
+    test_.rms_norm_rope(x, weight, eps, n_tokens, n_heads, head_dim, first_position, params);
+    l_.compare_and_force("rms_norm_rope d " + std::to_string(head_dim), x, size_t(n_tokens * n_heads * head_dim));
   }
   void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
             const RopeParams& params) override {

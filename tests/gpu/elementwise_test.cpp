@@ -104,6 +104,46 @@ TEST_F(CudaOps, RmsNormMatchesDoublePrecisionReference) {
   }
 }
 
+// x += (r = rms_norm(r) * r_weight), then next = rms_norm(x) * next_weight, against double precision.
+TEST_F(CudaOps, AddRmsNormMatchesDoublePrecisionReference) {
+  for (int64_t dim : {64, 640, 1001, 1536, 5376}) {
+    for (bool with_next : {true, false}) {
+      for (bool with_weights : {true, false}) {
+        const int64_t rows = 5;
+        const float eps = 1e-6f;
+        const uint32_t seed = uint32_t(dim) * 4 + with_next * 2 + with_weights;
+        const std::vector<float> x = random_floats(rows * dim, seed), r = random_floats(rows * dim, seed + 1000, -9, 9);
+        const std::vector<float> rw = random_floats(dim, 98, 0.5f, 1.5f), nw = random_floats(dim, 99, 0.5f, 1.5f);
+        std::vector<double> want_r(x.size()), want_x(x.size()), want_next(x.size());
+        for (int64_t row = 0; row < rows; ++row) {
+          const int64_t o = row * dim;
+          double squares = 0;
+          for (int64_t i = 0; i < dim; ++i) squares += double(r[o + i]) * r[o + i];
+          const double inv = 1.0 / std::sqrt(squares / double(dim) + eps);
+          double x_squares = 0;
+          for (int64_t i = 0; i < dim; ++i) {
+            want_r[o + i] = r[o + i] * inv * (with_weights ? rw[i] : 1.0);
+            want_x[o + i] = x[o + i] + want_r[o + i];
+            x_squares += want_x[o + i] * want_x[o + i];
+          }
+          const double x_inv = 1.0 / std::sqrt(x_squares / double(dim) + eps);
+          for (int64_t i = 0; i < dim; ++i) want_next[o + i] = want_x[o + i] * x_inv * (with_weights ? nw[i] : 1.0);
+        }
+        float* dx = upload(x);
+        float* dr = upload(r);
+        float* dnext = poisoned(x.size());
+        backend_->add_rms_norm(dx, dr, with_weights ? upload(rw) : nullptr, rows, dim, eps,
+                               with_weights ? upload(nw) : nullptr, with_next ? dnext : nullptr);
+        SCOPED_TRACE("dim " + std::to_string(dim) + (with_next ? " with next" : "") + (with_weights ? " weighted" : ""));
+        expect_near_relative(download(dr, x.size()), want_r, 2e-6);
+        expect_near_relative(download(dx, x.size()), want_x, 4e-6);
+        if (with_next) expect_near_relative(download(dnext, x.size()), want_next, 4e-6);
+        else for (float v : download(dnext, x.size())) ASSERT_TRUE(std::isnan(v)) << "next written without a next";
+      }
+    }
+  }
+}
+
 // theta_i = freq_scale * (position * base^(-2i/n_rot)) / divisor_i, with base^(-2i/n_rot) * position formed by
 // repeated float multiplication as ggml does (the product chain is part of the op's definition: llama.cpp's
 // angles round that way); cos and sin in double.
@@ -152,6 +192,43 @@ TEST_F(CudaOps, RopeRotatesNeoxPairsWithScaleAndDivisors) {
       if (rotated) ASSERT_NEAR(got[i], want[i], 2e-6 * (1 + std::fabs(want[i]))) << "element " << i;
       else ASSERT_EQ(got[i], x[i]) << "element " << i << " lies past n_rot and must be untouched";
     }
+  }
+}
+
+// Each head normalized (double precision), then rope_reference: the query and key path in one op.
+TEST_F(CudaOps, RmsNormRopeMatchesNormThenRope) {
+  struct Case { int n_heads, head_dim, n_rot, first_position; bool weight, divisors; };
+  for (const Case& c : {Case{8, 256, 256, 0, true, false}, Case{1, 512, 512, 9000, true, true},
+                        Case{3, 64, 64, 12, false, false}, Case{20, 128, 64, 70000, true, false},
+                        Case{2, 256, 128, 5, true, true}}) {
+    const int64_t n_tokens = 4;
+    const float eps = 1e-6f, base = 1000000.0f, freq_scale = 1.0f;
+    const std::vector<float> x = random_floats(n_tokens * c.n_heads * c.head_dim, uint32_t(c.head_dim + c.n_heads));
+    const std::vector<float> w = random_floats(c.head_dim, 3, 0.5f, 1.5f);
+    std::vector<float> divisors;
+    if (c.divisors) divisors = random_floats(c.n_rot / 2, 7, 1.0f, 40.0f);
+    std::vector<float> normalized(x.size());
+    for (size_t head = 0; head < x.size() / size_t(c.head_dim); ++head) {
+      const float* v = x.data() + head * c.head_dim;
+      double squares = 0;
+      for (int i = 0; i < c.head_dim; ++i) squares += double(v[i]) * v[i];
+      const double inv = 1.0 / std::sqrt(squares / c.head_dim + eps);
+      for (int i = 0; i < c.head_dim; ++i) normalized[head * c.head_dim + i] = float(v[i] * inv * (c.weight ? w[i] : 1.0));
+    }
+    const std::vector<float> want = rope_reference(normalized, n_tokens, c.n_heads, c.head_dim, c.first_position,
+                                                   c.n_rot, base, freq_scale, divisors);
+    float* dx = upload(x);
+    RopeParams params;
+    params.n_rot = c.n_rot;
+    params.freq_base = base;
+    params.freq_scale = freq_scale;
+    params.freq_divisors = c.divisors ? upload(divisors) : nullptr;
+    backend_->rms_norm_rope(dx, c.weight ? upload(w) : nullptr, eps, n_tokens, c.n_heads, c.head_dim,
+                            c.first_position, params);
+    const std::vector<float> got = download(dx, x.size());
+    SCOPED_TRACE(std::to_string(c.n_heads) + " heads of " + std::to_string(c.head_dim) + ", n_rot " +
+                 std::to_string(c.n_rot));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(got[i], want[i], 4e-6 * (1 + std::fabs(want[i]))) << "element " << i;
   }
 }
 

@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <string>
 #include <utility>
@@ -124,6 +125,54 @@ TEST(CudaMatmul, MatchesDequantizedDoubleDotForEveryFormatShapeAndTokenCount) {
                     name_of(format.type).c_str(), (long long)s.n_in, (long long)s.n_out, (long long)n_tokens,
                     n_tokens <= kMaxGemvTokens ? "gemv" : "gemm", ratio);
         if (HasFailure()) return;
+      }
+    }
+  }
+}
+
+// Products of one input (q, k and v; gate and up) as matmuls runs them: the input converted once per run of
+// targets and one GEMV launch per run of one block type, which must give each output bit for bit what matmul
+// gives it alone (the same codes, the same per-row sums). Groups cover one type, block types whose activations
+// share a format (Q4_K, Q6_K: Q8_K), formats that differ (Q8_0 then Q4_K), float types between block types (the
+// float path reuses the 8-bit buffers), more matrices than one launch takes, and decode and prefill token counts.
+TEST(CudaMatmul, MatmulsGiveEachOutputWhatOneMatmulGivesIt) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  using T = TensorType;
+  struct Group {
+    std::vector<std::pair<T, int64_t>> matrices;  // type, n_out
+    int64_t n_in;
+  };
+  const std::vector<Group> groups = {
+      {{{T::Q8_0, 96}, {T::Q8_0, 16}, {T::Q8_0, 16}}, 512},
+      {{{T::Q4_K, 40}, {T::Q4_K, 8}, {T::Q6_K, 8}}, 768},
+      {{{T::Q8_0, 33}, {T::Q4_K, 17}, {T::F16, 9}, {T::Q4_K, 12}}, 256},
+      {{{T::Q5_0, 7}, {T::Q5_0, 9}, {T::Q5_0, 11}, {T::Q5_0, 13}, {T::Q5_0, 15}, {T::F32, 4}}, 320},
+  };
+  uint32_t seed = 500;
+  for (const Group& g : groups) {
+    for (int64_t n_tokens : {1, 5, 8, 9, 70}) {
+      const auto x = random_activations(size_t(g.n_in * n_tokens), seed++);
+      DeviceBuffer<float> x_dev(x);
+      std::deque<DeviceBuffer<uint8_t>> weights;  // deque: buffers stay where they are
+      std::deque<DeviceBuffer<float>> together, alone;
+      std::vector<MatmulTarget> targets;
+      for (const auto& [type, n_out] : g.matrices) {
+        weights.emplace_back(random_weights(type, g.n_in, n_out, seed++));
+        together.emplace_back(size_t(n_tokens * n_out));
+        alone.emplace_back(size_t(n_tokens * n_out));
+        together.back().poison();
+        targets.push_back({WeightMatrix{type, weights.back().get(), g.n_in, n_out}, together.back().get()});
+      }
+      matmul(ctx, x_dev.get(), n_tokens, targets);
+      for (size_t m = 0; m < targets.size(); ++m) matmul(ctx, targets[m].w, x_dev.get(), n_tokens, alone[m].get());
+      stream.sync();
+      for (size_t m = 0; m < targets.size(); ++m) {
+        const std::vector<float> a = together[m].read(), b = alone[m].read();
+        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+            << "matrix " << m << " (" << name_of(targets[m].w.type) << ") of a group of " << targets.size()
+            << ", n_in " << g.n_in << ", " << n_tokens << " tokens";
       }
     }
   }

@@ -27,6 +27,15 @@ class ForwardingBackend : public Backend {
   void write_bytes(void* d, const void* s, size_t n) override { inner_->write_bytes(d, s, n); }
   size_t memory_capacity() const override { return inner_->memory_capacity(); }
   void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y) override { inner_->matmul(w, x, n, y); }
+  void matmuls(const float* x, int64_t n, std::span<const MatmulTarget> t) override { inner_->matmuls(x, n, t); }
+  void add_rms_norm(float* x, float* r, const float* rw, int64_t rows, int64_t dim, float eps, const float* nw,
+                    float* next) override {
+    inner_->add_rms_norm(x, r, rw, rows, dim, eps, nw, next);
+  }
+  void rms_norm_rope(float* x, const float* w, float eps, int64_t n, int32_t h, int32_t d, int32_t p,
+                     const RopeParams& r) override {
+    inner_->rms_norm_rope(x, w, eps, n, h, d, p, r);
+  }
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n, float s, float* out) override {
     inner_->embed(w, ids, n, s, out);
   }
