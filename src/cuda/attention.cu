@@ -50,7 +50,7 @@ void check_geometry(const char* op, const KvLayerView& kv) {
 
 // Encodes rows first_row.. of src (n_kept of them) into cache with codec `codec`.
 void store_rows(KvCodec codec, const KvLayerView& kv, const float* src, const float* center, int64_t first_row,
-                int64_t n_kept, int32_t first_position, void* cache, cudaStream_t stream) {
+                int64_t n_kept, DevicePosition first_position, void* cache, cudaStream_t stream) {
   const int64_t block_bytes = int64_t(kv_codec_info(codec).block_bytes(kv.head_dim));
   with_device_codec(codec, [&](auto c) {
     constexpr KvCodec C = decltype(c)::value;
@@ -65,10 +65,10 @@ void store_rows(KvCodec codec, const KvLayerView& kv, const float* src, const fl
 
 }  // namespace
 
-void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens, int32_t first_position,
+void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens, DevicePosition first_position,
               cudaStream_t stream) {
   check_geometry("kv_store", kv);
-  if (n_tokens < 0 || first_position < 0) throw Error("kv_store: negative token count or position");
+  if (n_tokens < 0 || first_position.value < 0) throw Error("kv_store: negative token count or position");
   if (n_tokens == 0) return;
   // A batch longer than a ring keeps only its last `capacity` tokens: two CTAs writing one slot could finish in
   // either order.
@@ -119,14 +119,14 @@ void choose_tiles(const AttentionContext& ctx, flash::Params& p) {
 int32_t choose_splits(const AttentionContext& ctx, const flash::Params& p) {
   const int64_t ctas = int64_t(p.n_row_blocks) * (p.n_heads / p.group);
   const int64_t tokens_per_cta = (p.rows_per_cta + p.group - 1) / p.group + 1;
-  const int64_t context = p.first_position + p.n_tokens;
+  const int64_t context = p.first_position.value + p.n_tokens;
   const int64_t longest_range =
       p.sliding_window > 0 ? std::min<int64_t>(context, p.sliding_window + tokens_per_cta) : context;
   const int64_t wanted = (int64_t(kCtasPerMultiprocessor) * ctx.multiprocessors() + ctas - 1) / ctas;
   return int32_t(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, longest_range / kMinKeysPerSplit)));
 }
 
-flash::Params plan(AttentionContext& ctx, const AttentionArgs& a) {
+flash::Params plan(AttentionContext& ctx, const AttentionArgs& a, const int32_t* first_position_at) {
   const int d = a.kv.head_dim;
   flash::Params p{};
   p.k_cache = static_cast<const uint8_t*>(a.kv.k);
@@ -140,7 +140,7 @@ flash::Params plan(AttentionContext& ctx, const AttentionArgs& a) {
   p.v_floats = int32_t(kv_codec_info(a.kv.v_codec).accumulator_floats(d));
   p.n_heads = a.n_heads;
   p.group = a.n_heads / a.kv.n_kv_heads;
-  p.first_position = a.first_position;
+  p.first_position = DevicePosition(a.first_position, first_position_at);
   p.sliding_window = a.sliding_window;
   // The score loop reads float4s of slices of a K row; the accumulator gives each thread float4 columns.
   if (p.k_floats % 64 != 0 || p.v_floats % 4 != 0 || p.v_floats > flash::kMaxAccumulatorFloats ||
@@ -192,15 +192,23 @@ void merge_splits(const AttentionArgs& a, const flash::Params& p, cudaStream_t s
 
 }  // namespace
 
-void attention(AttentionContext& ctx, const AttentionArgs& args) {
+void attention(AttentionContext& ctx, const AttentionArgs& args, const int32_t* first_position_at) {
   check(args);
   if (args.n_tokens == 0) return;
-  flash::Params p = plan(ctx, args);
+  flash::Params p = plan(ctx, args, first_position_at);
   float* prepared = ctx.prepared_queries(size_t(args.n_tokens) * args.n_heads * p.k_floats);
   p.prepared = prepared;
   prepare_queries(args, p, prepared, ctx.stream());
   run_flash(args, p, ctx.stream());
   merge_splits(args, p, ctx.stream());
+}
+
+AttentionLaunch plan_attention(AttentionContext& ctx, const AttentionArgs& args) {
+  check(args);
+  if (args.n_tokens == 0) return {};
+  const flash::Params p = plan(ctx, args, nullptr);
+  return {p.n_splits, ctx.prepared_queries(size_t(args.n_tokens) * args.n_heads * p.k_floats), p.partial_acc,
+          p.partial_state};
 }
 
 }  // namespace sparrow::cuda

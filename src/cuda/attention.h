@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/device_position.h"
 #include "cuda/device_scratch.h"
 #include "ops/backend.h"
 
@@ -40,11 +41,23 @@ class AttentionContext {
 // kv's ring slots (position p in slot p % capacity; of a batch longer than the capacity only the last capacity
 // tokens are stored). When kv.k_center is non-null, the key stored is k - k_center[head] (the center vector,
 // [n_kv_heads][head_dim] in device memory, is set by the KV cache before this call; kv_store only subtracts it).
-void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens, int32_t first_position,
+void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens, DevicePosition first_position,
               cudaStream_t stream);
 
 // Causal (optionally sliding-window) softmax attention of args.q over args.kv, on ctx's stream; every pointer is
-// device memory. Query head h reads KV head h / (n_heads / n_kv_heads).
-void attention(AttentionContext& ctx, const AttentionArgs& args);
+// device memory. Query head h reads KV head h / (n_heads / n_kv_heads). first_position_at (null: none) is device
+// memory holding args.first_position when the kernels run (device_position.h); the launch plan (the split count)
+// is made from args.first_position.
+void attention(AttentionContext& ctx, const AttentionArgs& args, const int32_t* first_position_at = nullptr);
+
+// What attention(ctx, args) launches besides its arguments: the split count and the scratch it uses, planned
+// (and the scratch grown) without launching anything. A CUDA graph that captured a call holds exactly these.
+struct AttentionLaunch {
+  int32_t n_splits = 0;
+  const void* prepared = nullptr;
+  const void* partial_acc = nullptr;
+  const void* partial_state = nullptr;
+};
+AttentionLaunch plan_attention(AttentionContext& ctx, const AttentionArgs& args);
 
 }  // namespace sparrow::cuda

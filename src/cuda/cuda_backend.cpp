@@ -9,16 +9,19 @@
 #include "cuda/cuda_check.h"
 #include "cuda/kv/kv_ops.h"
 #include "cuda/matmul.h"
+#include "cuda/pass_recorder.h"
 #include "util/error.h"
 
 namespace sparrow {
 
 CudaBackend::CudaBackend(int device_index) : device_(cuda::device_info(device_index)) {
   SPARROW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  cuda::bind_kv_tables();  // now, not at a codec's first launch, which may fall inside a recorded pass
   matmul_ = std::make_unique<cuda::MatmulContext>(stream_);
   attention_ = std::make_unique<cuda::AttentionContext>(stream_);
   sampler_ = std::make_unique<cuda::DeviceSampler>(stream_, device_.multiprocessors);
   ids_ = std::make_unique<cuda::DeviceScratch>(stream_);
+  recorder_ = std::make_unique<cuda::PassRecorder>(target());
   const std::vector<uint16_t> table = cuda::gelu_f16_table();
   SPARROW_CUDA_CHECK(cudaMalloc(&gelu_table_, table.size() * sizeof(uint16_t)));
   SPARROW_CUDA_CHECK(cudaMemcpyAsync(gelu_table_, table.data(), table.size() * sizeof(uint16_t),
@@ -27,9 +30,8 @@ CudaBackend::CudaBackend(int device_index) : device_(cuda::device_info(device_in
 
 // Destructors do not throw: failures while releasing memory are ignored.
 CudaBackend::~CudaBackend() {
-  cancel_pass();
+  recorder_.reset();
   cudaStreamSynchronize(stream_);
-  if (decode_graph_ != nullptr) cudaGraphExecDestroy(decode_graph_);
   ids_.reset();
   sampler_.reset();
   attention_.reset();
@@ -39,57 +41,25 @@ CudaBackend::~CudaBackend() {
   cudaStreamDestroy(stream_);
 }
 
-void CudaBackend::begin_pass(bool record) {
-  cancel_pass();  // a pass that ended in an error may have left its recording open
-  if (!record) return;
-  // Relaxed: a scratch buffer may still grow (cudaMalloc) while the pass is being captured.
-  SPARROW_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
-  recording_ = true;
+void CudaBackend::begin_pass(bool record) { recorder_->begin(record); }
+bool CudaBackend::end_pass() { return recorder_->end(); }
+void CudaBackend::cancel_pass() { recorder_->cancel(); }
+void CudaBackend::run_recording() { recorder_->interrupt(); }
+
+template <class... Fields>
+bool CudaBackend::record(Op op, const Fields&... fields) {
+  recorder_->describe(op, fields...);
+  return recorder_->launching();
 }
 
-bool CudaBackend::end_pass() { return !recording_ || finish_recording(); }
+void CudaBackend::describe(const WeightMatrix& w) { recorder_->describe(w.type, w.data, w.n_in, w.n_out); }
 
-void CudaBackend::cancel_pass() {
-  if (!recording_) return;
-  recording_ = false;
-  cudaGraph_t graph = nullptr;
-  cudaStreamEndCapture(stream_, &graph);
-  if (graph != nullptr) cudaGraphDestroy(graph);
-  cudaGetLastError();  // a failed capture leaves its error behind; nothing of it ran
+void CudaBackend::describe(const KvLayerView& kv) {
+  recorder_->describe(kv.k_codec, kv.v_codec, kv.k, kv.v, kv.capacity, kv.n_kv_heads, kv.head_dim, kv.k_center);
 }
 
-bool CudaBackend::finish_recording() {
-  recording_ = false;
-  cudaGraph_t graph = nullptr;
-  if (cudaStreamEndCapture(stream_, &graph) != cudaSuccess || graph == nullptr) {
-    if (graph != nullptr) cudaGraphDestroy(graph);
-    cudaGetLastError();
-    return false;
-  }
-  // The same kernels with new arguments update the executable graph in place; another shape (a flash-decoding
-  // split count that changed with the context, say) needs a new one.
-  if (decode_graph_ != nullptr) {
-    cudaGraphExecUpdateResultInfo info{};
-    if (cudaGraphExecUpdate(decode_graph_, graph, &info) != cudaSuccess) {
-      cudaGetLastError();
-      cudaGraphExecDestroy(decode_graph_);
-      decode_graph_ = nullptr;
-    }
-  }
-  if (decode_graph_ == nullptr && cudaGraphInstantiate(&decode_graph_, graph, 0) != cudaSuccess) {
-    cudaGetLastError();
-    decode_graph_ = nullptr;
-    cudaGraphDestroy(graph);
-    return false;
-  }
-  cudaGraphDestroy(graph);
-  SPARROW_CUDA_CHECK(cudaGraphLaunch(decode_graph_, stream_));
-  return true;
-}
-
-void CudaBackend::run_recording() {
-  if (recording_ && !finish_recording())
-    throw Error("cuda backend: recording the forward pass as a CUDA graph failed (--graphs off avoids it)");
+void CudaBackend::describe(const RopeParams& p) {
+  recorder_->describe(p.n_rot, p.freq_base, p.freq_scale, p.freq_divisors);
 }
 
 float* CudaBackend::alloc(size_t n_floats) { return static_cast<float*>(alloc_bytes(n_floats * sizeof(float))); }
@@ -150,7 +120,7 @@ void CudaBackend::write_bytes(void* dst, const void* host_src, size_t n) {
 }
 
 void CudaBackend::mean_rows(const float* x, int64_t n_rows, int64_t row_len, float* out) {
-  cuda::mean_rows(target(), x, n_rows, row_len, out);
+  if (record(Op::MeanRows, x, n_rows, row_len, out)) cuda::mean_rows(target(), x, n_rows, row_len, out);
 }
 
 int32_t CudaBackend::sample(const float* logits, int64_t n_vocab, const SamplingParams& params, float u) {
@@ -164,11 +134,16 @@ void CudaBackend::synchronize() {
 }
 
 void CudaBackend::matmul(const WeightMatrix& w, const float* x, int64_t n_tokens, float* y) {
-  cuda::matmul(*matmul_, w, x, n_tokens, y);
+  describe(w);
+  if (record(Op::Matmul, x, n_tokens, y)) cuda::matmul(*matmul_, w, x, n_tokens, y);
 }
 
 void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) {
-  cuda::matmul(*matmul_, x, n_tokens, targets);
+  for (const MatmulTarget& t : targets) {
+    describe(t.w);
+    recorder_->describe(t.y);
+  }
+  if (record(Op::Matmuls, x, n_tokens, targets.size())) cuda::matmul(*matmul_, x, n_tokens, targets);
 }
 
 void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) {
@@ -177,61 +152,93 @@ void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids
     if (ids[r] < 0 || ids[r] >= w.n_out)
       throw Error("embed: id " + std::to_string(ids[r]) + " is outside the table's " + std::to_string(w.n_out) +
                   " rows");
-  int32_t* on_device = ids_->get<int32_t>(size_t(n_ids));
-  if (n_ids <= cuda::kInlineInts) {
-    // As kernel arguments: a recorded pass holds them, and its replay takes new ids as an argument update.
-    cuda::write_inline_ints(target(), ids, int(n_ids), on_device);
-  } else {
-    run_recording();  // a copy from pageable host memory cannot be recorded
-    SPARROW_CUDA_CHECK(
-        cudaMemcpyAsync(on_device, ids, size_t(n_ids) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  // In a recorded pass the ids are step values, which a graph launched again reads afresh.
+  const int32_t* on_device =
+      n_ids <= cuda::PassRecorder::kMaxStepValues ? recorder_->values(ids, int(n_ids)) : nullptr;
+  describe(w);
+  if (!record(Op::Embed, n_ids, scale, out)) return;
+  if (on_device == nullptr) {
+    int32_t* staged = ids_->get<int32_t>(size_t(n_ids));
+    if (n_ids <= cuda::kInlineInts) {
+      cuda::write_inline_ints(target(), ids, int(n_ids), staged);
+    } else {
+      run_recording();  // a copy from pageable host memory cannot be recorded
+      SPARROW_CUDA_CHECK(
+          cudaMemcpyAsync(staged, ids, size_t(n_ids) * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+    }
+    on_device = staged;
   }
   cuda::get_rows(*matmul_, w, on_device, n_ids, scale, out);
 }
 
 void CudaBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) {
-  cuda::rms_norm(target(), x, weight, n_rows, dim, eps, y);
+  if (record(Op::RmsNorm, x, weight, n_rows, dim, eps, y)) cuda::rms_norm(target(), x, weight, n_rows, dim, eps, y);
 }
 
 void CudaBackend::add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
                                const float* next_weight, float* next) {
-  cuda::add_rms_norm(target(), x, r, r_weight, n_rows, dim, eps, next_weight, next);
+  if (record(Op::AddRmsNorm, x, r, r_weight, n_rows, dim, eps, next_weight, next))
+    cuda::add_rms_norm(target(), x, r, r_weight, n_rows, dim, eps, next_weight, next);
 }
 
 void CudaBackend::rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads,
                                 int32_t head_dim, int32_t first_position, const RopeParams& params) {
-  cuda::rms_norm_rope(target(), x, weight, eps, n_tokens, n_heads, head_dim, first_position, params);
+  const cuda::DevicePosition position(first_position, recorder_->value(first_position));
+  describe(params);
+  if (record(Op::RmsNormRope, x, weight, eps, n_tokens, n_heads, head_dim))
+    cuda::rms_norm_rope(target(), x, weight, eps, n_tokens, n_heads, head_dim, position, params);
 }
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
                        const RopeParams& params) {
-  cuda::rope(target(), x, n_tokens, n_heads, head_dim, first_position, params);
+  const cuda::DevicePosition position(first_position, recorder_->value(first_position));
+  describe(params);
+  if (record(Op::Rope, x, n_tokens, n_heads, head_dim)) cuda::rope(target(), x, n_tokens, n_heads, head_dim, position, params);
 }
 
 void CudaBackend::gelu_mul(const float* gate, const float* up, int64_t n, float* y) {
-  cuda::gelu_mul(target(), gelu_table_, gate, up, n, y);
+  if (record(Op::GeluMul, gate, up, n, y)) cuda::gelu_mul(target(), gelu_table_, gate, up, n, y);
 }
 
-void CudaBackend::add(float* y, const float* x, int64_t n) { cuda::add(target(), y, x, n); }
-void CudaBackend::scale(float* y, float s, int64_t n) { cuda::scale(target(), y, s, n); }
-void CudaBackend::softcap(float* y, float cap, int64_t n) { cuda::softcap(target(), y, cap, n); }
+void CudaBackend::add(float* y, const float* x, int64_t n) {
+  if (record(Op::Add, y, x, n)) cuda::add(target(), y, x, n);
+}
+
+void CudaBackend::scale(float* y, float s, int64_t n) {
+  if (record(Op::Scale, y, s, n)) cuda::scale(target(), y, s, n);
+}
+
+void CudaBackend::softcap(float* y, float cap, int64_t n) {
+  if (record(Op::Softcap, y, cap, n)) cuda::softcap(target(), y, cap, n);
+}
 
 // cudaMemcpyDefault: x may be a weight mapped from host memory.
 void CudaBackend::copy(float* y, const float* x, int64_t n) {
-  if (n <= 0 || y == x) return;
+  if (n <= 0 || y == x || !record(Op::Copy, y, x, n)) return;
   SPARROW_CUDA_CHECK(cudaMemcpyAsync(y, x, size_t(n) * sizeof(float), cudaMemcpyDefault, stream_));
 }
 
 void CudaBackend::mul_rows(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) {
-  cuda::mul_rows(target(), y, x, n_rows, row_len, x_row_stride);
+  if (record(Op::MulRows, y, x, n_rows, row_len, x_row_stride))
+    cuda::mul_rows(target(), y, x, n_rows, row_len, x_row_stride);
 }
 
 void CudaBackend::kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
                            int32_t first_position) {
-  cuda::kv_store(kv, k, v, n_tokens, first_position, stream_);
+  const cuda::DevicePosition position(first_position, recorder_->value(first_position));
+  describe(kv);
+  if (record(Op::KvStore, k, v, n_tokens)) cuda::kv_store(kv, k, v, n_tokens, position, stream_);
 }
 
-void CudaBackend::attention(const AttentionArgs& args) { cuda::attention(*attention_, args); }
+void CudaBackend::attention(const AttentionArgs& args) {
+  const int32_t* position = recorder_->value(args.first_position);
+  // The plan (the split count, which follows the context length, and the scratch) is part of what a graph holds.
+  const cuda::AttentionLaunch plan = cuda::plan_attention(*attention_, args);
+  describe(args.kv);
+  recorder_->describe(plan.n_splits, plan.prepared, plan.partial_acc, plan.partial_state);
+  if (record(Op::Attention, args.q, args.out, args.n_tokens, args.n_heads, args.sliding_window, args.scale))
+    cuda::attention(*attention_, args, position);
+}
 
 std::unique_ptr<Backend> make_cuda_backend(int device_index) { return std::make_unique<CudaBackend>(device_index); }
 

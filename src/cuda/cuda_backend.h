@@ -26,6 +26,7 @@ std::unique_ptr<WeightStore> make_cuda_weight_store(int device_index);
 namespace cuda {
 class MatmulContext;
 class AttentionContext;
+class PassRecorder;
 }  // namespace cuda
 
 class CudaBackend final : public Backend {
@@ -36,9 +37,9 @@ class CudaBackend final : public Backend {
   CudaBackend& operator=(const CudaBackend&) = delete;
   const char* name() const override { return "cuda"; }
 
-  // A recorded pass is captured from the stream into a CUDA graph and launched at end_pass; the executable graph
-  // is kept and updated in place from the next recording (cudaGraphExecUpdate: same kernels, new arguments such
-  // as the position), so a decode step costs one graph launch instead of a launch per kernel.
+  // A recorded pass is captured into a CUDA graph once and launched again for every later pass that describes
+  // itself the same way (cuda/pass_recorder.h): token ids and positions reach the kernels through device memory,
+  // so a decode step costs one small kernel and one graph launch, with no capture and no graph update.
   void begin_pass(bool record) override;
   bool end_pass() override;
   void cancel_pass() override;
@@ -93,11 +94,20 @@ class CudaBackend final : public Backend {
   void kv_finish(formats::KvCodec codec, int d, const float* acc, int64_t n, float* out) override;
 
  private:
+  // The ops, as they describe themselves to the pass recorder.
+  enum class Op : uint8_t {
+    Matmul, Matmuls, Embed, RmsNorm, AddRmsNorm, Rope, RmsNormRope, GeluMul, Add, Scale, Softcap, Copy, MulRows,
+    MeanRows, KvStore, Attention
+  };
+
   cuda::LaunchTarget target() const { return {stream_, device_.multiprocessors}; }
-  // Ends the open recording, brings decode_graph_ up to date with it and launches it; false, with nothing run,
-  // when the capture or the graph's instantiation failed.
-  bool finish_recording();
-  // Before what a recording must not hold (host transfers, allocations, waits): runs what was recorded so far.
+  // Describes an op (its code and fields) to the recorder; true when it is to launch its kernels now.
+  template <class... Fields>
+  bool record(Op op, const Fields&... fields);
+  void describe(const WeightMatrix& w);
+  void describe(const KvLayerView& kv);
+  void describe(const RopeParams& p);
+  // Before what a recording must not hold (host transfers, allocations, waits): PassRecorder::interrupt.
   void run_recording();
 
   cuda::DeviceInfo device_;
@@ -106,9 +116,8 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::AttentionContext> attention_;
   std::unique_ptr<cuda::DeviceSampler> sampler_;
   uint16_t* gelu_table_ = nullptr;
-  std::unique_ptr<cuda::DeviceScratch> ids_;  // embed's token ids on the device
-  bool recording_ = false;
-  cudaGraphExec_t decode_graph_ = nullptr;
+  std::unique_ptr<cuda::DeviceScratch> ids_;  // embed's token ids on the device, in a direct pass
+  std::unique_ptr<cuda::PassRecorder> recorder_;
   std::mutex buffers_mutex_;
   std::unordered_map<void*, size_t> buffers_;  // live allocations and their sizes in bytes
 };

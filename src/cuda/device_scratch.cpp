@@ -1,10 +1,16 @@
 #include "cuda/device_scratch.h"
 
 #include <algorithm>
+#include <atomic>
 
 #include "cuda/cuda_check.h"
 
 namespace sparrow::cuda {
+namespace {
+std::atomic<uint64_t> g_moves{0};
+}  // namespace
+
+uint64_t DeviceScratch::moves() { return g_moves.load(std::memory_order_relaxed); }
 
 DeviceScratch::~DeviceScratch() {
   // Destructors do not throw: a failure to release at teardown has nobody left to report to.
@@ -30,6 +36,7 @@ void* DeviceScratch::bytes(size_t n) {
   }
   SPARROW_CUDA_CHECK(cudaMalloc(&data_, size));
   size_ = size;
+  g_moves.fetch_add(1, std::memory_order_relaxed);
   return data_;
 }
 

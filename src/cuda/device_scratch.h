@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace sparrow::cuda {
@@ -23,6 +24,10 @@ class DeviceScratch {
   T* get(size_t n) {
     return static_cast<T*>(bytes(n * sizeof(T)));
   }
+
+  // How many times any DeviceScratch of the process has moved to a new buffer: a CUDA graph that holds scratch
+  // addresses is stale once this changes.
+  static uint64_t moves();
 
  private:
   void* bytes(size_t n);

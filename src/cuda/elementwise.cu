@@ -233,13 +233,13 @@ __device__ float2 rotate(float a, float b, float c, float s) {
 }
 
 // One block per token: the token's angles once in shared memory, then every head's pairs rotated with them.
-__global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t half, int32_t first_position,
+__global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t half, DevicePosition first_position,
                             float theta_scale, float freq_scale, const float* freq_divisors) {
   extern __shared__ float angles[];  // cos[half], then sin[half]
   float* cos_t = angles;
   float* sin_t = angles + half;
   const int64_t t = blockIdx.x;
-  rope_angles(first_position + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
+  rope_angles(first_position.get() + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
   float* token = x + t * n_heads * int64_t(head_dim);
   for (int32_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
     const int32_t h = e / half, i = e % half;
@@ -254,13 +254,13 @@ __global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t
 // rope_kernel, one warp per head: the head's sum of squares from a warp reduction, then its pairs normalized
 // and rotated (elements past n_rot only normalized). Every element is read and written by one lane.
 __global__ void rms_norm_rope_kernel(float* x, const float* weight, float eps, int32_t n_heads, int32_t head_dim,
-                                     int32_t half, int32_t first_position, float theta_scale, float freq_scale,
-                                     const float* freq_divisors) {
+                                     int32_t half, DevicePosition first_position, float theta_scale,
+                                     float freq_scale, const float* freq_divisors) {
   extern __shared__ float angles[];  // cos[half], then sin[half]
   float* cos_t = angles;
   float* sin_t = angles + half;
   const int64_t t = blockIdx.x;
-  rope_angles(first_position + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
+  rope_angles(first_position.get() + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
   const int lane = threadIdx.x & 31, n_warps = int(blockDim.x >> 5);
   auto normalized = [&](const float* v, int32_t i, float inv) { return weight ? v[i] * inv * weight[i] : v[i] * inv; };
   for (int32_t h = int32_t(threadIdx.x >> 5); h < n_heads; h += n_warps) {
@@ -376,7 +376,7 @@ RopeLaunch rope_launch(const char* op, int32_t head_dim, const RopeParams& param
 }  // namespace
 
 void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
-          int32_t first_position, const RopeParams& params) {
+          DevicePosition first_position, const RopeParams& params) {
   const RopeLaunch launch = rope_launch("rope", head_dim, params);
   if (n_tokens <= 0 || n_heads <= 0) return;
   const int threads = row_threads(int64_t(n_heads) * launch.half);
@@ -387,7 +387,7 @@ void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_head
 }
 
 void rms_norm_rope(const LaunchTarget& target, float* x, const float* weight, float eps, int64_t n_tokens,
-                   int32_t n_heads, int32_t head_dim, int32_t first_position, const RopeParams& params) {
+                   int32_t n_heads, int32_t head_dim, DevicePosition first_position, const RopeParams& params) {
   const RopeLaunch launch = rope_launch("rms_norm_rope", head_dim, params);
   if (n_tokens <= 0 || n_heads <= 0) return;
   const int threads = 32 * std::min(n_heads, kMaxRowThreads / 32);  // a warp per head

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "cuda/device_position.h"
 #include "ops/backend.h"
 #include "ops/gelu.h"
 
@@ -28,10 +29,10 @@ void add_rms_norm(const LaunchTarget& target, float* x, float* r, const float* r
                   float eps, const float* next_weight, float* next);
 // Backend::rope: NEOX pairs (i, i + n_rot/2), in place; params.freq_divisors in device memory or null.
 void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
-          int32_t first_position, const RopeParams& params);
+          DevicePosition first_position, const RopeParams& params);
 // Backend::rms_norm_rope in one kernel: each head of x normalized (times weight, which may be null), then rope.
 void rms_norm_rope(const LaunchTarget& target, float* x, const float* weight, float eps, int64_t n_tokens,
-                   int32_t n_heads, int32_t head_dim, int32_t first_position, const RopeParams& params);
+                   int32_t n_heads, int32_t head_dim, DevicePosition first_position, const RopeParams& params);
 // y = gelu(gate) * up (up may be null: y = gelu(gate)); y may alias gate. gelu_table: the device copy of
 // gelu_f16_table().
 void gelu_mul(const LaunchTarget& target, const uint16_t* gelu_table, const float* gate, const float* up,
@@ -47,7 +48,7 @@ void mean_rows(const LaunchTarget& target, const float* x, int64_t n_rows, int64
 
 // dst[i] = values[i] for i < n <= kInlineInts (values in host memory, dst on the device), the values passed as
 // kernel arguments: a CUDA graph that recorded the launch holds them, and takes new ones as an argument update.
-constexpr int kInlineInts = 16;
+constexpr int kInlineInts = 256;
 void write_inline_ints(const LaunchTarget& target, const int32_t* values, int n, int32_t* dst);
 
 // GELU as every backend computes it (ops/gelu.h: llama.cpp's f16 table). Only inputs in (-10, 10) are looked up,

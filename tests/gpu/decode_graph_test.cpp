@@ -56,5 +56,30 @@ TEST(CudaDecodeGraphs, ReplayedStepsEqualStepsLaunchedOneByOne) {
   }
 }
 
+// A process whose first forward pass is a one-token step records it at once: the codec tables (and the QJL
+// projections that tbq4p's keys need) must already be on the device, since binding them inside the capture fails.
+// ctest runs each test in a process of its own, so nothing ran before this one.
+TEST(CudaDecodeGraphs, AOneTokenFirstPassIsRecordedWithSketchingCodecs) {
+  SPARROW_REQUIRE_GPU();
+  ModelLoadOptions load;
+  load.device = Device::Cuda;
+  load.n_gpu_layers = 99;
+  const auto model = Model::load(tiny_model().string(), load);
+  std::vector<std::vector<float>> logits;
+  for (bool graphs : {true, false}) {
+    SessionOptions options;
+    options.n_ctx = 64;
+    options.k_codec = formats::KvCodec::TBQ4P;
+    options.v_codec = formats::KvCodec::TBQ4;
+    options.record_decode = graphs;
+    Session session(*model, options);
+    const int32_t token = 651;
+    ASSERT_NO_THROW(session.decode(&token, 1, false));
+    const float* row = session.logits(-1);
+    logits.emplace_back(row, row + model->config.n_vocab);
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+}
+
 }  // namespace
 }  // namespace sparrow

@@ -18,6 +18,7 @@
 // masks allow.
 #include <cstdint>
 
+#include "cuda/device_position.h"
 #include "cuda/kv/device_codec.cuh"
 
 namespace sparrow::cuda::flash {
@@ -41,7 +42,8 @@ struct Params {
   int64_t n_tokens;
   int32_t head_dim, k_floats, v_floats;
   int32_t n_heads, group;
-  int32_t first_position, sliding_window;
+  DevicePosition first_position;  // of the first query token
+  int32_t sliding_window;
   int32_t rows_per_cta, keys_per_tile, n_row_blocks, n_splits;
 };
 
@@ -88,7 +90,7 @@ struct Work {
   int64_t key_begin, key_end;  // positions
 };
 
-__device__ inline int64_t position_of_row(const Params& p, int64_t row) { return p.first_position + row / p.group; }
+__device__ inline int64_t position_of_row(const Params& p, int64_t row) { return p.first_position.get() + row / p.group; }
 
 // The first key a query at `position` sees.
 __device__ inline int64_t first_visible_key(const Params& p, int64_t position) {

@@ -4,6 +4,7 @@
 // block-cooperative (src/cuda/kv/device_codec.cuh) and work on shared memory.
 #include <cstdint>
 
+#include "cuda/device_position.h"
 #include "cuda/kv/device_codec.cuh"
 
 namespace sparrow::cuda::rows {
@@ -14,7 +15,7 @@ constexpr int kThreads = 128;
 // of cache; center (null: none) is subtracted first. One CTA per (row, KV head).
 template <formats::KvCodec C>
 __global__ void __launch_bounds__(kThreads)
-    store_kernel(const float* src, const float* center, int64_t first_row, int32_t first_position, int32_t n_kv_heads,
+    store_kernel(const float* src, const float* center, int64_t first_row, DevicePosition first_position, int32_t n_kv_heads,
                  int32_t head_dim, int64_t capacity, int64_t block_bytes, uint8_t* cache) {
   extern __shared__ float4 smem_quads[];
   float* x = reinterpret_cast<float*>(smem_quads);
@@ -25,7 +26,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int i = threadIdx.x; i < head_dim; i += kThreads)
     x[i] = center ? in[i] - center[int64_t(head) * head_dim + i] : in[i];
   __syncthreads();
-  const int64_t slot = (first_position + row) % capacity;
+  const int64_t slot = (first_position.get() + row) % capacity;
   DeviceCodec<C>::encode(x, head_dim, cache + (int64_t(head) * capacity + slot) * block_bytes, scratch);
 }
 

@@ -2,6 +2,7 @@
 #include "cuda/kv/device_tables.cuh"
 
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "formats/kv/qjl.h"
@@ -69,4 +70,35 @@ DeviceKvTables device_kv_tables(bool with_projections) {
   return it->second;
 }
 
+namespace {
+
+struct Binders {
+  std::mutex mutex;
+  std::vector<void (*)(bool)> list;
+};
+
+Binders& binders() {
+  static Binders b;  // built on first use: registration runs during other units' static initialization
+  return b;
+}
+
+}  // namespace
+
+bool register_kv_tables_binder(void (*bind)(bool with_projections)) {
+  Binders& b = binders();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  b.list.push_back(bind);
+  return true;
+}
+
 }  // namespace sparrow::cuda::kv
+
+namespace sparrow::cuda {
+
+void bind_kv_tables() {
+  kv::Binders& b = kv::binders();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  for (void (*bind)(bool) : b.list) bind(true);
+}
+
+}  // namespace sparrow::cuda

@@ -7,8 +7,8 @@
 // device code), so a __device__ symbol cannot be shared between files. Each translation unit that includes
 // this header gets its own __constant__ DeviceKvTables (pointers into the shared global-memory copies), and
 // with_device_codec (codecs.cuh), the one runtime switch every launch site goes through, binds that unit's
-// copy before it calls back. A launch site inside CUDA graph capture must call bind_device_kv_tables() once
-// before capturing (binding copies to the device and synchronizes).
+// copy before it calls back. Binding copies to the device and synchronizes, which a CUDA graph capture forbids,
+// so every unit also registers its binder (below), and cuda::bind_kv_tables (kv_ops.h) binds them all up front.
 #include <cuda_runtime.h>
 
 #include <atomic>
@@ -47,6 +47,9 @@ __host__ __device__ inline int lloyd_max_slot(int n, int bits) { return (n == 64
 // the life of the process; thread-safe. with_projections: the QJL matrices too.
 DeviceKvTables device_kv_tables(bool with_projections);
 
+// Adds a translation unit's binder to those cuda::bind_kv_tables calls; at static initialization, once per unit.
+bool register_kv_tables_binder(void (*bind)(bool with_projections));
+
 namespace {
 
 __constant__ DeviceKvTables g_device_kv_tables;
@@ -74,6 +77,8 @@ __constant__ DeviceKvTables g_device_kv_tables;
 }
 
 __device__ inline const DeviceKvTables& kv_tables() { return g_device_kv_tables; }
+
+[[maybe_unused]] const bool g_kv_tables_binder_registered = register_kv_tables_binder(&bind_device_kv_tables);
 
 }  // namespace
 }  // namespace sparrow::cuda::kv

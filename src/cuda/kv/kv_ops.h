@@ -12,6 +12,11 @@
 
 namespace sparrow::cuda {
 
+// Binds the codec tables (kv/device_tables.cuh) of every translation unit that launches codec kernels on the
+// current device, the QJL projections included: a launch inside a CUDA graph capture cannot bind them (binding
+// copies and synchronizes). Once per device and process; CudaBackend's constructor calls it.
+void bind_kv_tables();
+
 // n head vectors x[n][d] -> blocks[n][block_bytes(d)].
 void kv_encode(formats::KvCodec codec, int d, const float* x, int64_t n, uint8_t* blocks, cudaStream_t stream);
 // blocks[n] -> x[n][d].
