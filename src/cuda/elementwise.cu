@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -205,6 +206,89 @@ __global__ void add_rms_norm_kernel(float* x, float* r, const float* r_weight, i
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) nr[i] = next_weight ? xr[i] * x_inv * next_weight[i] : xr[i] * x_inv;
 }
 
+// The row kernels below hold a row in registers, as float4s, when it fits: every input is then loaded once, up
+// front, so a row costs one memory round trip instead of one per pass. A decode step runs these on one row at a
+// time, where the latency of each pass, not bandwidth, is the cost.
+constexpr int kResidentQuads = 4;  // float4s of a row per thread
+
+// Whether rows of dim floats at these addresses can be held in registers by row_threads(dim / 4) threads.
+bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers) {
+  if (dim % 4 != 0 || dim / 4 > int64_t(kMaxRowThreads) * kResidentQuads) return false;
+  for (const void* p : pointers)
+    if (p != nullptr && !aligned16(p)) return false;
+  return true;
+}
+
+__device__ float squares4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+__device__ float4 scale4(float4 v, float s) { return make_float4(v.x * s, v.y * s, v.z * s, v.w * s); }
+__device__ float4 times4(float4 v, float4 w) { return make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w); }
+__device__ float4 add_rounded4(float4 a, float4 b) {
+  return make_float4(add_rounded(a.x, b.x), add_rounded(a.y, b.y), add_rounded(a.z, b.z), add_rounded(a.w, b.w));
+}
+
+// rms_norm with the row in registers (row_fits_registers): y may equal x.
+__global__ void rms_norm_resident_kernel(const float* x, const float* weight, int64_t dim, float eps, float* y) {
+  const float* xr = x + int64_t(blockIdx.x) * dim;
+  float* yr = y + int64_t(blockIdx.x) * dim;
+  const int64_t quads = dim / 4;
+  float4 v[kResidentQuads];
+  float squares = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kResidentQuads; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i < quads) {
+      v[k] = load4(xr, i);
+      squares += squares4(v[k]);
+    }
+  }
+  const float inv = 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
+#pragma unroll
+  for (int k = 0; k < kResidentQuads; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i < quads) store4(yr, i, weight ? times4(scale4(v[k], inv), load4(weight, i)) : scale4(v[k], inv));
+  }
+}
+
+// add_rms_norm with the rows in registers (row_fits_registers).
+__global__ void add_rms_norm_resident_kernel(float* x, float* r, const float* r_weight, int64_t dim, float eps,
+                                             const float* next_weight, float* next) {
+  float* xr = x + int64_t(blockIdx.x) * dim;
+  float* rr = r + int64_t(blockIdx.x) * dim;
+  const int64_t quads = dim / 4;
+  float4 rv[kResidentQuads], xv[kResidentQuads];
+  float squares = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kResidentQuads; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i < quads) {
+      rv[k] = load4(rr, i);
+      xv[k] = load4(xr, i);
+      squares += squares4(rv[k]);
+    }
+  }
+  const float inv = 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
+  float x_squares = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kResidentQuads; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i < quads) {
+      const float4 v = r_weight ? times4(scale4(rv[k], inv), load4(r_weight, i)) : scale4(rv[k], inv);
+      store4(rr, i, v);
+      xv[k] = add_rounded4(xv[k], v);
+      store4(xr, i, xv[k]);
+      x_squares += squares4(xv[k]);
+    }
+  }
+  if (next == nullptr) return;  // the same for every thread of the block
+  float* nr = next + int64_t(blockIdx.x) * dim;
+  const float x_inv = 1.0f / sqrtf(block_sum(x_squares) / float(dim) + eps);
+#pragma unroll
+  for (int k = 0; k < kResidentQuads; ++k) {
+    const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
+    if (i < quads) store4(nr, i, next_weight ? times4(scale4(xv[k], x_inv), load4(next_weight, i)) : scale4(xv[k], x_inv));
+  }
+}
+
 // RoPE's angles for one position into shared memory (cos_t[half], sin_t[half]), by the whole block.
 // theta_i = position * theta_scale^i is built by repeated float multiplication, as the CPU backend and ggml do,
 // by one thread: a product chain rounds differently from powf, and the difference grows with the position.
@@ -339,6 +423,11 @@ void rms_norm(const LaunchTarget& target, const float* x, const float* weight, i
               float eps, float* y) {
   if (n_rows <= 0) return;
   if (dim <= 0) throw Error("rms_norm: row length " + std::to_string(dim) + " is not positive");
+  if (row_fits_registers(dim, {x, y, weight})) {
+    rms_norm_resident_kernel<<<unsigned(n_rows), row_threads(dim / 4), 0, target.stream>>>(x, weight, dim, eps, y);
+    SPARROW_CUDA_CHECK_LAUNCH();
+    return;
+  }
   const bool vec4 = dim % 4 == 0 && aligned16(x) && aligned16(y) && (!weight || aligned16(weight));
   const int threads = row_threads(vec4 ? dim / 4 : dim);
   if (vec4) rms_norm_kernel<true><<<unsigned(n_rows), threads, 0, target.stream>>>(x, weight, dim, eps, y);
@@ -350,8 +439,13 @@ void add_rms_norm(const LaunchTarget& target, float* x, float* r, const float* r
                   float eps, const float* next_weight, float* next) {
   if (n_rows <= 0) return;
   if (dim <= 0) throw Error("add_rms_norm: row length " + std::to_string(dim) + " is not positive");
-  add_rms_norm_kernel<<<unsigned(n_rows), row_threads(dim / 4), 0, target.stream>>>(x, r, r_weight, dim, eps,
-                                                                                     next_weight, next);
+  if (row_fits_registers(dim, {x, r, r_weight, next_weight, next})) {
+    add_rms_norm_resident_kernel<<<unsigned(n_rows), row_threads(dim / 4), 0, target.stream>>>(
+        x, r, r_weight, dim, eps, next_weight, next);
+  } else {
+    add_rms_norm_kernel<<<unsigned(n_rows), row_threads(dim / 4), 0, target.stream>>>(x, r, r_weight, dim, eps,
+                                                                                       next_weight, next);
+  }
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 

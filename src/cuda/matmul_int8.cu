@@ -364,6 +364,69 @@ struct GemvMatrices {
   int count;
 };
 
+// n little-endian words from the bytes at p (shared memory, any alignment): the aligned words around them,
+// funnel-shifted into place. Reads up to 4 bytes past p + 4 n (the staging buffers leave that much room).
+template <int N>
+__device__ __forceinline__ void load_words(const uint8_t* p, uint32_t (&words)[N]) {
+  const uint32_t* aligned = reinterpret_cast<const uint32_t*>(reinterpret_cast<uintptr_t>(p) & ~uintptr_t(3));
+  const unsigned shift = unsigned(reinterpret_cast<uintptr_t>(p) & 3) * 8;
+  uint32_t v[N + 1];
+#pragma unroll
+  for (int i = 0; i <= N; ++i) v[i] = aligned[i];
+#pragma unroll
+  for (int i = 0; i < N; ++i) words[i] = __funnelshift_r(v[i], v[i + 1], shift);
+}
+
+// Sub-block s of a staged unit: its codes four to a word (element 4i + j in byte j of words[i]) and its scale and
+// min, the same as WeightInt8<T>::decode_sub_block gives. The common types are unpacked a word at a time (the
+// bit layouts of formats/weight_int8.h); byte by byte, a warp's shared-memory loads were what limited the GEMV.
+template <TensorType T>
+__device__ __forceinline__ SubBlockScale staged_sub_block(const uint8_t* unit, int s,
+                                                          uint32_t (&words)[WeightInt8<T>::kSubBlock / 4]) {
+  using Unit = typename WeightInt8<T>::Unit;
+  const Unit& b = *reinterpret_cast<const Unit*>(unit);
+  if constexpr (T == TensorType::Q8_0) {
+    load_words(reinterpret_cast<const uint8_t*>(b.qs), words);
+    return {formats::f16_to_f32(b.d), 0.0f};
+  } else if constexpr (T == TensorType::Q4_0) {  // low nibbles: elements 0..15, high: 16..31; code = nibble - 8
+    uint32_t q[4];
+    load_words(b.qs, q);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      words[i] = __vsub4(q[i] & 0x0F0F0F0Fu, 0x08080808u);
+      words[i + 4] = __vsub4((q[i] >> 4) & 0x0F0F0F0Fu, 0x08080808u);
+    }
+    return {formats::f16_to_f32(b.d), 0.0f};
+  } else if constexpr (T == TensorType::Q4_K) {  // the low (s even) or high nibbles of qs[32 (s / 2) ..]
+    uint32_t q[8];
+    load_words(b.qs + 32 * (s / 2), q);
+    const int shift = (s & 1) * 4;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) words[i] = (q[i] >> shift) & 0x0F0F0F0Fu;
+    uint8_t sc, mn;
+    formats::unpack_scale_min_k4(b.scales, s, &sc, &mn);
+    return {formats::f16_to_f32(b.d) * float(sc), -(formats::f16_to_f32(b.dmin) * float(mn))};
+  } else if constexpr (T == TensorType::Q6_K) {  // a nibble of ql, two bits of qh above it; code = value - 32
+    const int half = s / 8, k = (s % 8) / 2, l0 = 16 * (s & 1);
+    uint32_t low[4], high[4];
+    load_words(b.ql + 64 * half + 32 * (k & 1) + l0, low);
+    load_words(b.qh + 32 * half + l0, high);
+    const int low_shift = k < 2 ? 0 : 4, high_shift = 2 * k;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t value = ((low[i] >> low_shift) & 0x0F0F0F0Fu) | (((high[i] >> high_shift) & 0x03030303u) << 4);
+      words[i] = __vsub4(value, 0x20202020u);
+    }
+    return {formats::f16_to_f32(b.d) * float(b.scales[s]), 0.0f};
+  } else {
+    int8_t codes[WeightInt8<T>::kSubBlock];
+    const SubBlockScale scale = WeightInt8<T>::decode_sub_block(b, s, codes);
+#pragma unroll
+    for (int i = 0; i < WeightInt8<T>::kSubBlock / 4; ++i) words[i] = pack_codes(codes + 4 * i);
+    return scale;
+  }
+}
+
 template <TensorType T>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
     gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, const int8_t* __restrict__ xq,
@@ -393,12 +456,9 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     stage_row_bytes(units, src, n * int(sizeof(Unit)), lane);
     __syncwarp();  // the step's bytes are visible to the whole warp
     for (int s = lane; s < n * kUnitSubBlocks; s += kWarp) {
-      int8_t codes[kSub];
-      const SubBlockScale ws = W::decode_sub_block(
-          *reinterpret_cast<const Unit*>(units + (s / kUnitSubBlocks) * sizeof(Unit)), s % kUnitSubBlocks, codes);
       uint32_t words[kSub / 4];
-#pragma unroll
-      for (int i = 0; i < kSub / 4; ++i) words[i] = pack_codes(codes + 4 * i);
+      const SubBlockScale ws =
+          staged_sub_block<T>(units + (s / kUnitSubBlocks) * sizeof(Unit), s % kUnitSubBlocks, words);
       const int e = u0 * kUnitElements<T> + s * kSub;  // the sub-block's first element in the row
 #pragma unroll
       for (int t = 0; t < kMaxGemvTokens; ++t) {

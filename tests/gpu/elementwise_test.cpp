@@ -79,8 +79,9 @@ TEST_F(CudaOps, FreedBuffersAreGoneAndUnknownPointersIgnored) {
   EXPECT_EQ(download(upload({1.0f, 2.0f}), 2), (std::vector<float>{1.0f, 2.0f}));
 }
 
+// Rows held in registers (dim % 4 == 0 up to 8192), rows too long for that (10240) and rows of other lengths.
 TEST_F(CudaOps, RmsNormMatchesDoublePrecisionReference) {
-  for (int64_t dim : {64, 256, 640, 1001, 5376}) {
+  for (int64_t dim : {64, 256, 640, 1001, 5376, 10240}) {
     for (bool with_weight : {true, false}) {
       for (bool in_place : {false, true}) {
         const int64_t rows = 7;
@@ -106,7 +107,7 @@ TEST_F(CudaOps, RmsNormMatchesDoublePrecisionReference) {
 
 // x += (r = rms_norm(r) * r_weight), then next = rms_norm(x) * next_weight, against double precision.
 TEST_F(CudaOps, AddRmsNormMatchesDoublePrecisionReference) {
-  for (int64_t dim : {64, 640, 1001, 1536, 5376}) {
+  for (int64_t dim : {64, 640, 1001, 1536, 5376, 10240}) {
     for (bool with_next : {true, false}) {
       for (bool with_weights : {true, false}) {
         const int64_t rows = 5;
