@@ -318,16 +318,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Decode: the same sum on CUDA cores, one to kGemvWarps warps per output row.
+// Decode: the same sum on CUDA cores, one warp per output row.
 //
-// A CTA of kGemvWarps warps owns kGemvWarps / w consecutive rows, w warps to a row (gemv_warps_per_row: 1 for
-// short rows, up to 4 for long ones), each warp a consecutive part of the row's units. A warp walks its part in
-// steps of kGemvUnits<T> units (about 2 KiB): it stages the step's bytes into its own shared buffer with 16-byte
-// loads (every lane's loads in flight at once), then lane l takes sub-blocks l, l + 32, ... of the step: its codes
-// four to a word (staged_sub_block), dp4a against each token's activation codes (read from global memory: every
-// warp of the GPU reads the same few KiB, which stay in L1), and the sub-block's term scaled into the lane's fp32
-// sum per token. A shuffle tree adds the lanes' sums; with w > 1 the row's first warp then adds the w parts in
-// order through shared memory (the CTA's one barrier).
+// A CTA of kGemvWarps warps owns kGemvWarps consecutive rows; its warps share nothing and never wait for each
+// other. A warp walks its row in steps of kGemvUnits<T> units (about 2 KiB): it stages the step's bytes into its
+// own shared buffer with 16-byte loads (every lane's loads in flight at once), then lane l takes sub-blocks l,
+// l + 32, ... of the step: WeightInt8<T>::decode_sub_block from shared memory, four codes per word, dp4a against
+// each token's activation codes (read from global memory: every warp of the GPU reads the same few KiB, which stay
+// in L1), and the sub-block's term scaled into the lane's fp32 sum per token. A shuffle tree adds the lanes' sums.
 
 constexpr int kGemvWarps = 4;
 constexpr int kGemvStepBytes = 2048;
@@ -357,7 +355,7 @@ __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const in
 }
 
 // The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): CTAs
-// [first_cta[m], first_cta[m + 1]) compute matrix m's rows, kGemvWarps / warps_per_row rows each.
+// [first_cta[m], first_cta[m + 1]) compute matrix m's rows, kGemvWarps rows each.
 struct GemvMatrices {
   const uint8_t* w[kMaxGemvMatrices];
   float* y[kMaxGemvMatrices];
@@ -431,32 +429,27 @@ __device__ __forceinline__ SubBlockScale staged_sub_block(const uint8_t* unit, i
 
 template <TensorType T>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, int warps_per_row,
-                     const int8_t* __restrict__ xq, const float* __restrict__ x_scale,
-                     const float* __restrict__ x_sum32, int n_tokens) {
+    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, const int8_t* __restrict__ xq,
+                     const float* __restrict__ x_scale, const float* __restrict__ x_sum32, int n_tokens) {
   using W = WeightInt8<T>;
   using Unit = typename W::Unit;
   constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks, kUnits = kGemvUnits<T>;
   __shared__ uint4 staging[kGemvWarps][kGemvStagingWords<T>];
-  __shared__ float partial[kGemvWarps][kMaxGemvTokens];  // each warp's sums, when warps share a row
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
   int m = 0;
   while (m + 1 < matrices.count && int(blockIdx.x) >= matrices.first_cta[m + 1]) ++m;
   const int n_out = matrices.n_out[m];
   float* __restrict__ y = matrices.y[m];
-  const int64_t row =
-      int64_t(int(blockIdx.x) - matrices.first_cta[m]) * (kGemvWarps / warps_per_row) + warp / warps_per_row;
-  const bool active = row < n_out;  // an idle warp still meets the CTA's barrier when warps share rows
-  // This warp's part of the row: whole units, consecutive, the parts in warp order.
-  const int part = warp % warps_per_row, n_units = n_in / kUnitElements<T>;
-  const int unit_begin = n_units * part / warps_per_row, unit_end = n_units * (part + 1) / warps_per_row;
-  const uint8_t* row_data = matrices.w[m] + size_t(active ? row : 0) * row_bytes;
+  const int64_t row = int64_t(int(blockIdx.x) - matrices.first_cta[m]) * kGemvWarps + warp;
+  if (row >= n_out) return;  // warps never synchronize with each other
+  const uint8_t* row_data = matrices.w[m] + size_t(row) * row_bytes;
+  const int n_units = n_in / kUnitElements<T>;
 
   float acc[kMaxGemvTokens];
 #pragma unroll
   for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
-  for (int u0 = unit_begin; active && u0 < unit_end; u0 += kUnits) {
-    const int n = min(kUnits, unit_end - u0);
+  for (int u0 = 0; u0 < n_units; u0 += kUnits) {
+    const int n = min(kUnits, n_units - u0);
     const uint8_t* src = row_data + size_t(u0) * sizeof(Unit);
     uint8_t* units = reinterpret_cast<uint8_t*>(staging[warp]) + (reinterpret_cast<uintptr_t>(src) & 15);
     __syncwarp();  // every lane is done with the previous step
@@ -482,34 +475,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   for (int t = 0; t < kMaxGemvTokens; ++t) {
     if (t >= n_tokens) break;
     for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
+    if (lane == 0) y[int64_t(t) * n_out + row] = acc[t];
   }
-  if (warps_per_row == 1) {  // the same for the whole launch
-    if (!active || lane != 0) return;
-#pragma unroll
-    for (int t = 0; t < kMaxGemvTokens; ++t)
-      if (t < n_tokens) y[int64_t(t) * n_out + row] = acc[t];
-    return;
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int t = 0; t < kMaxGemvTokens; ++t) partial[warp][t] = acc[t];
-  }
-  __syncthreads();
-  // The row's first warp adds the parts in order: lane t, token t.
-  if (active && part == 0 && lane < n_tokens) {
-    float sum = partial[warp][lane];
-    for (int p = 1; p < warps_per_row; ++p) sum += partial[warp + p][lane];
-    y[int64_t(lane) * n_out + row] = sum;
-  }
-}
-
-// Warps that share a row of n_sub sub-blocks: more for long rows, so that a matrix of few, long rows (the down
-// projection: 1536 rows of 6144) keeps enough warps in flight, but never fewer than a sub-block per lane each.
-// From n_in alone, so that a matrix gets the same sums whichever others it is launched with.
-int gemv_warps_per_row(int n_sub) {
-  int warps = 1;
-  while (2 * warps <= kGemvWarps && n_sub / (2 * warps) >= kWarp) warps *= 2;
-  return warps;
 }
 
 // Throws unless the current device and the kernel's binary are sm_80 or newer (mma.sync on 8-bit integers in
@@ -572,13 +539,11 @@ void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int
   if (n_tokens == 0) return;
   const int n_in = int(targets[0].w.n_in);
   if (n_tokens <= kMaxGemvTokens) {
-    const int warps_per_row = gemv_warps_per_row(n_in / WeightInt8<T>::kSubBlock);
-    const int rows_per_cta = kGemvWarps / warps_per_row;
     GemvMatrices matrices{};
     matrices.count = int(targets.size());
     for (int m = 0; m < matrices.count; ++m) {
       const WeightMatrix& w = targets[m].w;
-      const int64_t ctas = (w.n_out + rows_per_cta - 1) / rows_per_cta;
+      const int64_t ctas = (w.n_out + kGemvWarps - 1) / kGemvWarps;
       if (matrices.first_cta[m] + ctas > INT_MAX) throw Error(what + ": too many rows for one launch");
       matrices.w[m] = static_cast<const uint8_t*>(w.data);
       matrices.y[m] = targets[m].y;
@@ -586,7 +551,7 @@ void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int
       matrices.first_cta[m + 1] = matrices.first_cta[m] + int(ctas);
     }
     gemv_int8_kernel<T><<<unsigned(matrices.first_cta[matrices.count]), kGemvWarps * kWarp, 0, ctx.stream()>>>(
-        matrices, row_bytes, n_in, warps_per_row, xq, x_scale, x_sum32, int(n_tokens));
+        matrices, row_bytes, n_in, xq, x_scale, x_sum32, int(n_tokens));
     SPARROW_CUDA_CHECK_LAUNCH();
     return;
   }

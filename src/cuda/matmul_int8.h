@@ -12,8 +12,8 @@
 // 16-element ones x_scale * (sum of the 16 codes), formed in the kernel. Only types with a minimum
 // (WeightInt8<T>::kHasMin: Q4_1, Q5_1, Q4_K, Q5_K) have the second term.
 //
-// Two kernels (matmul_int8.cu): up to kMaxGemvTokens tokens (decode) a GEMV on CUDA cores, one to four warps per
-// row, dp4a on the codes, the terms summed per lane, then across the warp, then across the row's warps; more tokens (prefill) mma.sync on integer
+// Two kernels (matmul_int8.cu): up to kMaxGemvTokens tokens (decode) a GEMV on CUDA cores, one warp per row,
+// dp4a on the codes, the terms summed per lane and then across the warp; more tokens (prefill) mma.sync on integer
 // tensor cores, the terms added in sub-block order.
 #include <cstdint>
 #include <span>
