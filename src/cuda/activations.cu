@@ -1,12 +1,12 @@
-// Activation rounding and quantization (activations.h). The 8-bit formats run one warp per group
-// (activations.cuh: quantize_group, the per-group arithmetic of formats/activation_blocks.h, which the CPU
-// kernels and the reference use too).
+// Activation rounding and quantization (activations.h). The 8-bit formats run one warp per group: the lanes
+// hold group / 32 consecutive elements each, the group's max |x| and each 32 elements' sum of values come from
+// warp shuffles (max and integer sums are exact in any order), and the per-group arithmetic is
+// formats/activation_blocks.h's, which the CPU kernels and the reference use too.
 #include "cuda/activations.h"
 
 #include <algorithm>
 #include <string>
 
-#include "cuda/activations.cuh"
 #include "cuda/cuda_check.h"
 #include "util/error.h"
 
@@ -29,13 +29,39 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One warp per group (activations.cuh).
+// One warp per group of kGroup elements; lane l holds elements [l * kPerLane, (l + 1) * kPerLane) of it.
 template <ActivationFormat F>
 __global__ void __launch_bounds__(kThreads)
     quantize_groups_kernel(const float* __restrict__ x, int64_t n_groups, ActivationOutputs out) {
+  constexpr int kGroup = formats::activation_group(F), kPerLane = kGroup / kWarp;
+  constexpr int kLanesPer32 = 32 / kPerLane;  // lanes that share one 32-element sum
+  const int lane = int(threadIdx.x) % kWarp;
   const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
   if (g >= n_groups) return;  // whole warps leave together: kThreads is a multiple of the warp
-  quantize_group<F>(x, g, int(threadIdx.x) % kWarp, out);
+  const float* xg = x + g * kGroup + lane * kPerLane;
+  float v[kPerLane];
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    v[k] = xg[k];
+    amax = fmaxf(amax, fabsf(v[k]));
+  }
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
+  const formats::ActivationGroupScale s = formats::activation_group_scale(F, amax);
+  int sum = 0;
+  const int64_t first = g * kGroup + lane * kPerLane;
+#pragma unroll
+  for (int k = 0; k < kPerLane; ++k) {
+    const int level = formats::quantize_activation(s, v[k]);
+    sum += level;
+    if (out.q != nullptr) out.q[first + k] = int8_t(level);
+    if (out.rounded != nullptr) out.rounded[first + k] = s.scale * float(level);
+  }
+  for (int offset = kLanesPer32 / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
+  if (lane % kLanesPer32 == 0 && out.sum32 != nullptr) {
+    out.sum32[first / 32] = formats::activation_sum32(F, s, sum);
+  }
+  if (lane == 0 && out.scale != nullptr) out.scale[g] = s.scale;
 }
 
 unsigned grid_for(int64_t threads) {

@@ -225,9 +225,6 @@ MatmulContext::MatmulContext(cudaStream_t stream)
       activation_scales(stream),
       activation_sums(stream),
       stream_(stream) {
-  int device = 0;
-  SPARROW_CUDA_CHECK(cudaGetDevice(&device));
-  SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors_, cudaDevAttrMultiProcessorCount, device));
   SPARROW_CUBLAS_CHECK(cublasCreate(&cublas_));
   const cublasStatus_t status = cublasSetStream(cublas_, stream_);
   if (status != CUBLAS_STATUS_SUCCESS) {
@@ -311,12 +308,6 @@ void matmul(MatmulContext& ctx, const float* x, int64_t n_tokens, std::span<cons
            targets[j].w.n_in == w.n_in) {
       ++j;
     }
-    const std::span<const MatmulTarget> run = targets.subspan(i, j - i);
-    i = j;
-    if (gemv_int8_quantizes(w.type, w.n_in, n_tokens)) {  // decode: the GEMV quantizes x itself
-      gemv_int8_quantizing(ctx, run, x, n_tokens);
-      continue;
-    }
     const formats::ActivationFormat format = formats::find_weight_format(w.type)->activation;
     if (!converted || converted->format != format || converted->n_in != w.n_in) {
       const size_t n = size_t(n_tokens * w.n_in);
@@ -327,7 +318,8 @@ void matmul(MatmulContext& ctx, const float* x, int64_t n_tokens, std::span<cons
       quantize_activations(ctx.stream(), format, x, n_tokens, w.n_in, converted->buffers);
     }
     const ActivationOutputs& q8 = converted->buffers;
-    matmul_int8(ctx, run, q8.q, q8.scale, q8.sum32, n_tokens);
+    matmul_int8(ctx, targets.subspan(i, j - i), q8.q, q8.scale, q8.sum32, n_tokens);
+    i = j;
   }
 }
 

@@ -41,13 +41,11 @@ class MatmulContext {
 
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
-  int multiprocessors() const { return multiprocessors_; }  // of the current device when made
   DeviceScratch activations, activation_bits, activation_scales, activation_sums;
 
  private:
   cudaStream_t stream_;
   cublasHandle_t cublas_ = nullptr;
-  int multiprocessors_ = 1;
 };
 
 // y[t][o] = sum_i W[o][i] * x[t][i]. w.data: device memory, or host memory mapped into the device's address

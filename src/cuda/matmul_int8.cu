@@ -35,12 +35,10 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string>
 
-#include "cuda/activations.cuh"
 #include "cuda/cuda_check.h"
 #include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
@@ -136,7 +134,7 @@ __device__ __forceinline__ ActivationTerms activation_terms(const int8_t* __rest
       offset = x_sum32[token * (n_in / 32) + e / 32];  // ggml's per-32 term (activation_sum32)
     } else {
       // No per-16 sums are stored: scale times the sum of the 16 codes, as ggml forms Q8_K bsums' term.
-      const uint4 v = *reinterpret_cast<const uint4*>(xq + token * n_in + e);
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(xq + token * n_in + e));
       const int ones = 0x01010101;
       int sum = __dp4a(int(v.x), ones, 0);
       sum = __dp4a(int(v.y), ones, sum);
@@ -322,18 +320,12 @@ __global__ void __launch_bounds__(kThreads, 2)
 // ---------------------------------------------------------------------------------------------------------
 // Decode: the same sum on CUDA cores, one warp per output row.
 //
-// The rows of a launch's matrices are numbered one after another; warp i of the grid takes rows i, i + (warps in
-// the grid), ... Warps share nothing and never wait for each other, except in the prologue below. A warp walks
-// its row in steps of kGemvUnits<T> units (about 2 KiB): it stages the step's bytes into its own shared buffer
-// with 16-byte loads (every lane's loads in flight at once), then lane l takes sub-blocks l, l + 32, ... of the
-// step: its codes four to a word (staged_sub_block), dp4a against each token's activation codes, and the
-// sub-block's term scaled into the lane's fp32 sum per token. A shuffle tree adds the lanes' sums.
-//
-// The activations' codes come either from global memory (quantized beforehand; every warp of the GPU reads the
-// same few KiB, which stay in L1) or, when they fit (gemv_quantizes), from the kernel's own prologue: each CTA
-// quantizes x into shared memory (quantize_group, the very arithmetic of the separate kernel, so the codes are
-// the same bits), which saves a launch and a grid-wide wait per product. Such a launch has no more CTAs than can
-// be resident at once, so each CTA's prologue serves many rows.
+// A CTA of kGemvWarps warps owns kGemvWarps consecutive rows; its warps share nothing and never wait for each
+// other. A warp walks its row in steps of kGemvUnits<T> units (about 2 KiB): it stages the step's bytes into its
+// own shared buffer with 16-byte loads (every lane's loads in flight at once), then lane l takes sub-blocks l,
+// l + 32, ... of the step: WeightInt8<T>::decode_sub_block from shared memory, four codes per word, dp4a against
+// each token's activation codes (read from global memory: every warp of the GPU reads the same few KiB, which stay
+// in L1), and the sub-block's term scaled into the lane's fp32 sum per token. A shuffle tree adds the lanes' sums.
 
 constexpr int kGemvWarps = 4;
 constexpr int kGemvStepBytes = 2048;
@@ -346,14 +338,14 @@ constexpr int kGemvUnits = int(sizeof(typename WeightInt8<T>::Unit)) >= kGemvSte
 template <TensorType T>
 constexpr int kGemvStagingWords = (kGemvUnits<T> * int(sizeof(typename WeightInt8<T>::Unit)) + 15 + 15) / 16;
 
-// The dot product of kSub weight codes with kSub activation codes (16-byte aligned; global or shared memory).
+// The dot product of kSub weight codes with kSub activation codes (16-byte aligned).
 template <int kSub>
 __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const int8_t* __restrict__ x) {
   const uint4* xv = reinterpret_cast<const uint4*>(x);
   int dot = 0;
 #pragma unroll
   for (int i = 0; i < kSub / 16; ++i) {
-    const uint4 v = xv[i];
+    const uint4 v = __ldg(xv + i);
     dot = __dp4a(int(w[4 * i]), int(v.x), dot);
     dot = __dp4a(int(w[4 * i + 1]), int(v.y), dot);
     dot = __dp4a(int(w[4 * i + 2]), int(v.z), dot);
@@ -362,31 +354,15 @@ __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const in
   return dot;
 }
 
-// The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): rows
-// [first_row[m], first_row[m + 1]) of the launch are matrix m's.
+// The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): CTAs
+// [first_cta[m], first_cta[m + 1]) compute matrix m's rows, kGemvWarps rows each.
 struct GemvMatrices {
   const uint8_t* w[kMaxGemvMatrices];
   float* y[kMaxGemvMatrices];
-  int64_t first_row[kMaxGemvMatrices + 1];
+  int n_out[kMaxGemvMatrices];
+  int first_cta[kMaxGemvMatrices + 1];
   int count;
 };
-
-// Where the activations' codes, scales and sums are: global memory, or the kernel's own shared memory, filled by
-// its prologue from x.
-struct GemvActivations {
-  const int8_t* q;         // [n_tokens][n_in], 16-byte aligned
-  const float* scale;      // [n_tokens][n_in / group]
-  const float* sum32;      // [n_tokens][n_in / 32], or null for types without a minimum
-  const float* x;          // null, or the float activations the prologue quantizes (q, scale, sum32 unused)
-};
-
-// Shared memory the prologue quantizes n_tokens x n_in activations into: codes, then scales, then sum32s.
-template <TensorType T>
-constexpr size_t quantized_bytes(int64_t n_tokens, int64_t n_in) {
-  const size_t n = size_t(n_tokens * n_in);
-  return (n + 15) / 16 * 16 + sizeof(float) * (n / size_t(kActivationGroup<T>) + n / 32);
-}
-constexpr size_t kMaxQuantizedBytes = 32 * 1024;  // beyond this, a separate kernel quantizes
 
 // n little-endian words from the bytes at p (shared memory, any alignment): the aligned words around them,
 // funnel-shifted into place. Reads up to 4 bytes past p + 4 n (the staging buffers leave that much room).
@@ -453,71 +429,53 @@ __device__ __forceinline__ SubBlockScale staged_sub_block(const uint8_t* unit, i
 
 template <TensorType T>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, GemvActivations a, int n_tokens) {
+    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, const int8_t* __restrict__ xq,
+                     const float* __restrict__ x_scale, const float* __restrict__ x_sum32, int n_tokens) {
   using W = WeightInt8<T>;
   using Unit = typename W::Unit;
   constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks, kUnits = kGemvUnits<T>;
   __shared__ uint4 staging[kGemvWarps][kGemvStagingWords<T>];
-  extern __shared__ uint4 quantized[];  // quantized_bytes<T>(n_tokens, n_in) when a.x is set
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int8_t* __restrict__ xq = a.q;
-  const float* __restrict__ x_scale = a.scale;
-  const float* __restrict__ x_sum32 = a.sum32;
-  if (a.x != nullptr) {
-    constexpr formats::ActivationFormat kFormat = formats::find_weight_format(T)->activation;
-    const size_t n = size_t(n_tokens) * size_t(n_in);
-    int8_t* q = reinterpret_cast<int8_t*>(quantized);
-    float* scale = reinterpret_cast<float*>(q + (n + 15) / 16 * 16);
-    float* sum32 = scale + n / kActivationGroup<T>;
-    const ActivationOutputs out{.q = q, .scale = scale, .sum32 = W::kHasMin ? sum32 : nullptr};
-    for (int64_t g = warp; g < int64_t(n / kActivationGroup<T>); g += kGemvWarps) quantize_group<kFormat>(a.x, g, lane, out);
-    __syncthreads();
-    xq = q;
-    x_scale = scale;
-    x_sum32 = out.sum32;
-  }
+  int m = 0;
+  while (m + 1 < matrices.count && int(blockIdx.x) >= matrices.first_cta[m + 1]) ++m;
+  const int n_out = matrices.n_out[m];
+  float* __restrict__ y = matrices.y[m];
+  const int64_t row = int64_t(int(blockIdx.x) - matrices.first_cta[m]) * kGemvWarps + warp;
+  if (row >= n_out) return;  // warps never synchronize with each other
+  const uint8_t* row_data = matrices.w[m] + size_t(row) * row_bytes;
   const int n_units = n_in / kUnitElements<T>;
-  const int64_t total_rows = matrices.first_row[matrices.count];
-  const int64_t grid_warps = int64_t(gridDim.x) * kGemvWarps;
-  for (int64_t r = int64_t(blockIdx.x) * kGemvWarps + warp; r < total_rows; r += grid_warps) {
-    int m = 0;
-    while (m + 1 < matrices.count && r >= matrices.first_row[m + 1]) ++m;
-    const int64_t row = r - matrices.first_row[m];
-    const int64_t n_out = matrices.first_row[m + 1] - matrices.first_row[m];
-    const uint8_t* row_data = matrices.w[m] + size_t(row) * row_bytes;
 
-    float acc[kMaxGemvTokens];
+  float acc[kMaxGemvTokens];
 #pragma unroll
-    for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
-    for (int u0 = 0; u0 < n_units; u0 += kUnits) {
-      const int n = min(kUnits, n_units - u0);
-      const uint8_t* src = row_data + size_t(u0) * sizeof(Unit);
-      uint8_t* units = reinterpret_cast<uint8_t*>(staging[warp]) + (reinterpret_cast<uintptr_t>(src) & 15);
-      __syncwarp();  // every lane is done with the previous step
-      stage_row_bytes(units, src, n * int(sizeof(Unit)), lane);
-      __syncwarp();  // the step's bytes are visible to the whole warp
-      for (int s = lane; s < n * kUnitSubBlocks; s += kWarp) {
-        uint32_t words[kSub / 4];
-        const SubBlockScale ws =
-            staged_sub_block<T>(units + (s / kUnitSubBlocks) * sizeof(Unit), s % kUnitSubBlocks, words);
-        const int e = u0 * kUnitElements<T> + s * kSub;  // the sub-block's first element in the row
+  for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
+  for (int u0 = 0; u0 < n_units; u0 += kUnits) {
+    const int n = min(kUnits, n_units - u0);
+    const uint8_t* src = row_data + size_t(u0) * sizeof(Unit);
+    uint8_t* units = reinterpret_cast<uint8_t*>(staging[warp]) + (reinterpret_cast<uintptr_t>(src) & 15);
+    __syncwarp();  // every lane is done with the previous step
+    stage_row_bytes(units, src, n * int(sizeof(Unit)), lane);
+    __syncwarp();  // the step's bytes are visible to the whole warp
+    for (int s = lane; s < n * kUnitSubBlocks; s += kWarp) {
+      uint32_t words[kSub / 4];
+      const SubBlockScale ws =
+          staged_sub_block<T>(units + (s / kUnitSubBlocks) * sizeof(Unit), s % kUnitSubBlocks, words);
+      const int e = u0 * kUnitElements<T> + s * kSub;  // the sub-block's first element in the row
 #pragma unroll
-        for (int t = 0; t < kMaxGemvTokens; ++t) {
-          if (t >= n_tokens) break;
-          const float dot = float(dot_codes<kSub>(words, xq + int64_t(t) * n_in + e));  // exact: |dot| < 2^24
-          const ActivationTerms x = activation_terms<T>(xq, x_scale, x_sum32, t, n_in, e);
-          float sum = fmaf(__fmul_rn(ws.scale, x.scale), dot, acc[t]);
-          if constexpr (W::kHasMin) sum = fmaf(ws.min, x.offset, sum);
-          acc[t] = sum;
-        }
+      for (int t = 0; t < kMaxGemvTokens; ++t) {
+        if (t >= n_tokens) break;
+        const float dot = float(dot_codes<kSub>(words, xq + int64_t(t) * n_in + e));  // exact: |dot| < 2^24
+        const ActivationTerms x = activation_terms<T>(xq, x_scale, x_sum32, t, n_in, e);
+        float sum = fmaf(__fmul_rn(ws.scale, x.scale), dot, acc[t]);
+        if constexpr (W::kHasMin) sum = fmaf(ws.min, x.offset, sum);
+        acc[t] = sum;
       }
     }
+  }
 #pragma unroll
-    for (int t = 0; t < kMaxGemvTokens; ++t) {
-      if (t >= n_tokens) break;
-      for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
-      if (lane == 0) matrices.y[m][int64_t(t) * n_out + row] = acc[t];
-    }
+  for (int t = 0; t < kMaxGemvTokens; ++t) {
+    if (t >= n_tokens) break;
+    for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
+    if (lane == 0) y[int64_t(t) * n_out + row] = acc[t];
   }
 }
 
@@ -536,76 +494,64 @@ void require_sm80() {
   }
 }
 
-std::string what_of(TensorType type) { return std::string("cuda::matmul_int8 (") + tensor_type_name(type) + ")"; }
-
-// Bytes per row of the targets' matrices; throws unless they fit matmul_int8 (matmul_int8.h): one type T, one
-// n_in, shapes T can have, aligned weight data, outputs, a token count in range.
+// Bytes per row of w; throws unless the arguments fit matmul_int8 (matmul_int8.h).
 template <TensorType T>
-size_t checked_row_bytes(std::span<const MatmulTarget> targets, int64_t n_tokens) {
-  using Unit = typename WeightInt8<T>::Unit;
-  const std::string what = what_of(T);
-  if (targets.empty() || targets.size() > size_t(kMaxGemvMatrices)) {
-    throw Error(what + ": " + std::to_string(targets.size()) + " matrices (1 to " +
-                std::to_string(kMaxGemvMatrices) + ")");
+size_t checked_row_bytes(const WeightMatrix& w, const int8_t* xq, const float* x_scale, const float* x_sum32,
+                         int64_t n_tokens, const float* y) {
+  using W = WeightInt8<T>;
+  using Unit = typename W::Unit;
+  const std::string what = std::string("cuda::matmul_int8 (") + tensor_type_name(T) + ")";
+  if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % kUnitElements<T> != 0 || w.n_in > INT_MAX - kTileK ||
+      w.n_out > INT_MAX - kTileRows) {
+    throw Error(what + ": weight shape " + std::to_string(w.n_in) + " x " + std::to_string(w.n_out) +
+                " does not fit (n_in a positive multiple of " + std::to_string(kUnitElements<T>) +
+                ", both below 2^31)");
   }
   if (n_tokens < 0 || n_tokens > int64_t(kMaxTokenTiles) * kTileTokens) {
     throw Error(what + ": n_tokens " + std::to_string(n_tokens) + " out of range");
   }
-  for (const MatmulTarget& t : targets) {
-    const WeightMatrix& w = t.w;
-    if (w.type != T || w.n_in != targets[0].w.n_in) {
-      throw Error(what + ": the matrices of one product differ in type or input length");
-    }
-    if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % kUnitElements<T> != 0 || w.n_in > INT_MAX - kTileK ||
-        w.n_out > INT_MAX - kTileRows) {
-      throw Error(what + ": weight shape " + std::to_string(w.n_in) + " x " + std::to_string(w.n_out) +
-                  " does not fit (n_in a positive multiple of " + std::to_string(kUnitElements<T>) +
-                  ", both below 2^31)");
-    }
-    if (w.data == nullptr || t.y == nullptr) throw Error(what + ": null weights or output");
-    if (reinterpret_cast<uintptr_t>(w.data) % alignof(Unit) != 0) {
-      throw Error(what + ": weight data is not aligned to " + std::to_string(alignof(Unit)) + " bytes");
-    }
+  if (w.data == nullptr || xq == nullptr || x_scale == nullptr || y == nullptr ||
+      (W::kHasMin && x_sum32 == nullptr)) {
+    throw Error(what + ": null weights, activation codes, scales" + (W::kHasMin ? ", sums" : "") + " or output");
   }
-  return size_t(targets[0].w.n_in / kUnitElements<T>) * sizeof(Unit);
-}
-
-// Throws unless the activations' codes, scales and sums (those T needs) are there, the codes 16-byte aligned.
-template <TensorType T>
-void check_activations(const int8_t* xq, const float* x_scale, const float* x_sum32) {
-  constexpr bool kHasMin = WeightInt8<T>::kHasMin;
-  if (xq == nullptr || x_scale == nullptr || (kHasMin && x_sum32 == nullptr)) {
-    throw Error(what_of(T) + ": null activation codes, scales" + (kHasMin ? " or sums" : ""));
+  if (reinterpret_cast<uintptr_t>(w.data) % alignof(Unit) != 0) {
+    throw Error(what + ": weight data is not aligned to " + std::to_string(alignof(Unit)) + " bytes");
   }
-  if (reinterpret_cast<uintptr_t>(xq) % 16 != 0) throw Error(what_of(T) + ": activation codes are not 16-byte aligned");
-}
-
-// The launch's matrices, their rows numbered one after another.
-GemvMatrices gemv_matrices(std::span<const MatmulTarget> targets) {
-  GemvMatrices matrices{};
-  matrices.count = int(targets.size());
-  for (int m = 0; m < matrices.count; ++m) {
-    matrices.w[m] = static_cast<const uint8_t*>(targets[m].w.data);
-    matrices.y[m] = targets[m].y;
-    matrices.first_row[m + 1] = matrices.first_row[m] + targets[m].w.n_out;
-  }
-  return matrices;
+  if (reinterpret_cast<uintptr_t>(xq) % 16 != 0) throw Error(what + ": activation codes are not 16-byte aligned");
+  return size_t(w.n_in / kUnitElements<T>) * sizeof(Unit);
 }
 
 template <TensorType T>
 void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
             const float* x_sum32, int64_t n_tokens) {
-  const size_t row_bytes = checked_row_bytes<T>(targets, n_tokens);
-  check_activations<T>(xq, x_scale, x_sum32);
+  const std::string what = std::string("cuda::matmul_int8 (") + tensor_type_name(T) + ")";
+  if (targets.empty() || targets.size() > size_t(kMaxGemvMatrices)) {
+    throw Error(what + ": " + std::to_string(targets.size()) + " matrices (1 to " +
+                std::to_string(kMaxGemvMatrices) + ")");
+  }
+  size_t row_bytes = 0;
+  for (const MatmulTarget& t : targets) {
+    if (t.w.type != T || t.w.n_in != targets[0].w.n_in) {
+      throw Error(what + ": the matrices of one product differ in type or input length");
+    }
+    row_bytes = checked_row_bytes<T>(t.w, xq, x_scale, x_sum32, n_tokens, t.y);
+  }
   if (n_tokens == 0) return;
   const int n_in = int(targets[0].w.n_in);
   if (n_tokens <= kMaxGemvTokens) {
-    // A warp per row.
-    const GemvMatrices matrices = gemv_matrices(targets);
-    const int64_t ctas = (matrices.first_row[matrices.count] + kGemvWarps - 1) / kGemvWarps;
-    if (ctas > INT_MAX) throw Error(what_of(T) + ": too many rows for one launch");
-    gemv_int8_kernel<T><<<unsigned(ctas), kGemvWarps * kWarp, 0, ctx.stream()>>>(
-        matrices, row_bytes, n_in, GemvActivations{xq, x_scale, x_sum32, nullptr}, int(n_tokens));
+    GemvMatrices matrices{};
+    matrices.count = int(targets.size());
+    for (int m = 0; m < matrices.count; ++m) {
+      const WeightMatrix& w = targets[m].w;
+      const int64_t ctas = (w.n_out + kGemvWarps - 1) / kGemvWarps;
+      if (matrices.first_cta[m] + ctas > INT_MAX) throw Error(what + ": too many rows for one launch");
+      matrices.w[m] = static_cast<const uint8_t*>(w.data);
+      matrices.y[m] = targets[m].y;
+      matrices.n_out[m] = int(w.n_out);
+      matrices.first_cta[m + 1] = matrices.first_cta[m] + int(ctas);
+    }
+    gemv_int8_kernel<T><<<unsigned(matrices.first_cta[matrices.count]), kGemvWarps * kWarp, 0, ctx.stream()>>>(
+        matrices, row_bytes, n_in, xq, x_scale, x_sum32, int(n_tokens));
     SPARROW_CUDA_CHECK_LAUNCH();
     return;
   }
@@ -617,30 +563,6 @@ void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int
                                                              int(t.w.n_out), xq, x_scale, x_sum32, int(n_tokens), t.y);
     SPARROW_CUDA_CHECK_LAUNCH();
   }
-}
-
-template <TensorType T>
-void launch_quantizing(MatmulContext& ctx, std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens) {
-  const size_t row_bytes = checked_row_bytes<T>(targets, n_tokens);
-  const int n_in = int(targets[0].w.n_in);
-  if (n_tokens == 0) return;
-  if (x == nullptr) throw Error(what_of(T) + ": null activations");
-  if (n_tokens > kMaxGemvTokens || n_in % kActivationGroup<T> != 0 ||
-      quantized_bytes<T>(n_tokens, n_in) > kMaxQuantizedBytes) {
-    throw Error(what_of(T) + ": " + std::to_string(n_tokens) + " x " + std::to_string(n_in) +
-                " activations are not quantized in the GEMV (gemv_int8_quantizes)");
-  }
-  // No more CTAs than are resident at once: each one's prologue then serves many rows.
-  const size_t shared = quantized_bytes<T>(n_tokens, n_in);
-  int per_multiprocessor = 0;
-  SPARROW_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_multiprocessor, gemv_int8_kernel<T>,
-                                                                   kGemvWarps * kWarp, shared));
-  const GemvMatrices matrices = gemv_matrices(targets);
-  const int64_t needed = (matrices.first_row[matrices.count] + kGemvWarps - 1) / kGemvWarps;
-  const int64_t ctas = std::clamp<int64_t>(int64_t(per_multiprocessor) * ctx.multiprocessors(), 1, needed);
-  gemv_int8_kernel<T><<<unsigned(ctas), kGemvWarps * kWarp, shared, ctx.stream()>>>(
-      matrices, row_bytes, n_in, GemvActivations{nullptr, nullptr, nullptr, x}, int(n_tokens));
-  SPARROW_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
@@ -655,31 +577,6 @@ void matmul_int8(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, co
                  const float* x_sum32, int64_t n_tokens, float* y) {
   const MatmulTarget target{w, y};
   matmul_int8(ctx, std::span(&target, 1), xq, x_scale, x_sum32, n_tokens);
-}
-
-bool gemv_int8_quantizes(TensorType type, int64_t n_in, int64_t n_tokens) {
-  if (!matmul_int8_supports(type) || n_tokens < 1 || n_tokens > kMaxGemvTokens || n_in <= 0) return false;
-  return formats::visit_weight_type(type, "cuda::gemv_int8_quantizes", [&](auto t) {
-    constexpr TensorType T = decltype(t)::value;
-    if constexpr (WeightInt8<T>::kSupported) {
-      return n_in % kActivationGroup<T> == 0 && quantized_bytes<T>(n_tokens, n_in) <= kMaxQuantizedBytes;
-    }
-    return false;
-  });
-}
-
-void gemv_int8_quantizing(MatmulContext& ctx, std::span<const MatmulTarget> targets, const float* x,
-                          int64_t n_tokens) {
-  if (targets.empty()) return;
-  formats::visit_weight_type(targets[0].w.type, "cuda::gemv_int8_quantizing", [&](auto type) {
-    constexpr TensorType T = decltype(type)::value;
-    if constexpr (WeightInt8<T>::kSupported) {
-      launch_quantizing<T>(ctx, targets, x, n_tokens);
-    } else {
-      throw Error(std::string("cuda::gemv_int8_quantizing: weight type ") + tensor_type_name(T) +
-                  " has no 8-bit integer form (formats/weight_int8.h)");
-    }
-  });
 }
 
 void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,

@@ -44,13 +44,4 @@ constexpr int kMaxGemvMatrices = 4;
 void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
                  const float* x_sum32, int64_t n_tokens);
 
-// Whether gemv_int8_quantizing takes weights of this type for n_tokens x n_in activations: a block type, a
-// decode token count (at most kMaxGemvTokens), and codes that fit the kernel's shared memory.
-bool gemv_int8_quantizes(TensorType type, int64_t n_in, int64_t n_tokens);
-// The decode products of the targets (as above) from the float activations x ([n_tokens][n_in], device memory),
-// which the GEMV quantizes itself, in shared memory, to the same bits as quantize_activations: one launch per
-// product instead of two. Throws an Error as above, and where gemv_int8_quantizes is false.
-void gemv_int8_quantizing(MatmulContext& ctx, std::span<const MatmulTarget> targets, const float* x,
-                          int64_t n_tokens);
-
 }  // namespace sparrow::cuda

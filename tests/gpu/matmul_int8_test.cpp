@@ -19,7 +19,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -284,69 +283,6 @@ TEST(CudaMatmulInt8, FromDeviceQuantizedActivationsGivesTheSameBits) {
     EXPECT_EQ(std::memcmp(p.data(), m.data(), p.size() * sizeof(float)), 0) << tensor_type_name(type) << " via matmul";
     EXPECT_FALSE(std::isnan(p[0])) << tensor_type_name(type);
   }
-}
-
-// The decode GEMV that quantizes its own activations (in each CTA's shared memory) against the separate
-// quantization kernel followed by the GEMV on its codes: the same bits, for every type, every decode token count,
-// a group of matrices in one launch, and more rows than the launch has warps (its CTAs are only those resident at
-// once, so each warp takes several rows).
-TEST(CudaMatmulInt8, TheQuantizingGemvGivesTheBitsOfTheSeparateQuantization) {
-  SPARROW_REQUIRE_GPU();
-  Stream stream;
-  MatmulContext ctx(stream.get());
-  uint32_t seed = 700;
-  for_each_int8_type([&](auto type) {
-    constexpr TensorType T = decltype(type)::value;
-    const formats::ActivationFormat format = formats::find_weight_format(T)->activation;
-    for (int64_t n_tokens : {1, 2, 5, 8}) {
-      const int64_t n_in = 512;
-      ASSERT_TRUE(gemv_int8_quantizes(T, n_in, n_tokens)) << tensor_type_name(T);
-      const int64_t n_outs[] = {40000, 37, 256};
-      std::vector<std::vector<uint8_t>> bytes;
-      for (int64_t n_out : n_outs) bytes.push_back(random_weights(T, n_in, n_out, seed++));
-      const auto x = random_activations(size_t(n_in * n_tokens), seed++);
-      DeviceBuffer<float> x_dev(x);
-      DeviceBuffer<uint8_t> w0(bytes[0]), w1(bytes[1]), w2(bytes[2]);
-      DeviceBuffer<float> fused0(size_t(n_tokens * n_outs[0])), fused1(size_t(n_tokens * n_outs[1])),
-          fused2(size_t(n_tokens * n_outs[2])), alone(size_t(n_tokens * n_outs[0]));
-      for (auto* b : {&fused0, &fused1, &fused2, &alone}) b->poison();
-      const MatmulTarget targets[] = {{WeightMatrix{T, w0.get(), n_in, n_outs[0]}, fused0.get()},
-                                      {WeightMatrix{T, w1.get(), n_in, n_outs[1]}, fused1.get()},
-                                      {WeightMatrix{T, w2.get(), n_in, n_outs[2]}, fused2.get()}};
-      gemv_int8_quantizing(ctx, targets, x_dev.get(), n_tokens);
-      const size_t n = size_t(n_tokens * n_in);
-      DeviceBuffer<int8_t> q(n);
-      DeviceBuffer<float> scales(n / 32), sums(n / 32);
-      quantize_activations(stream.get(), format, x_dev.get(), n_tokens, n_in,
-                           ActivationOutputs{.q = q.get(), .scale = scales.get(), .sum32 = sums.get()});
-      const DeviceBuffer<float>* fused[] = {&fused0, &fused1, &fused2};
-      for (int m = 0; m < 3; ++m) {
-        alone.poison();
-        matmul_int8(ctx, targets[m].w, q.get(), scales.get(), sums.get(), n_tokens, alone.get());
-        stream.sync();
-        const std::vector<float> a = fused[m]->read(), b = alone.read();
-        ASSERT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
-            << tensor_type_name(T) << ", matrix " << m << ", " << n_tokens << " tokens";
-        ASSERT_FALSE(std::isnan(a.back())) << tensor_type_name(T);
-      }
-    }
-  });
-}
-
-TEST(CudaMatmulInt8, TheQuantizingGemvTakesDecodeShapesOnly) {
-  SPARROW_REQUIRE_GPU();
-  EXPECT_TRUE(gemv_int8_quantizes(TensorType::Q8_0, 1536, 1));
-  EXPECT_TRUE(gemv_int8_quantizes(TensorType::Q4_K, 12288, 1));
-  EXPECT_FALSE(gemv_int8_quantizes(TensorType::Q8_0, 1536, 9));       // prefill: the GEMM
-  EXPECT_FALSE(gemv_int8_quantizes(TensorType::Q8_0, 65536, 8));      // codes beyond the shared memory it takes
-  EXPECT_FALSE(gemv_int8_quantizes(TensorType::F16, 1536, 1));        // no integer form
-  Stream stream;
-  MatmulContext ctx(stream.get());
-  DeviceBuffer<uint8_t> bytes(1 << 20);
-  DeviceBuffer<float> x(1 << 16), y(1 << 16);
-  const MatmulTarget target{WeightMatrix{TensorType::Q8_0, bytes.get(), 1536, 4}, y.get()};
-  EXPECT_THROW(gemv_int8_quantizing(ctx, std::span(&target, 1), x.get(), 9), Error);
-  EXPECT_THROW(gemv_int8_quantizing(ctx, std::span(&target, 1), nullptr, 1), Error);
 }
 
 TEST(CudaMatmulInt8, RejectsTypesWithoutIntegerFormAndBadArguments) {
