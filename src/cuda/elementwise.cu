@@ -222,6 +222,14 @@ bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers
 __device__ float squares4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 __device__ float4 scale4(float4 v, float s) { return make_float4(v.x * s, v.y * s, v.z * s, v.w * s); }
 __device__ float4 times4(float4 v, float4 w) { return make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w); }
+// v * inv, times weight[4 i .. 4 i + 3] where there is a weight: a normalized float4 of a row.
+__device__ float4 normalized4(float4 v, float inv, const float* weight, int64_t i) {
+  return weight ? times4(scale4(v, inv), load4(weight, i)) : scale4(v, inv);
+}
+// 1 / rms of a row from each thread's share of its sum of squares (block_sum: every thread of the block calls it).
+__device__ float inverse_rms(float squares, int64_t dim, float eps) {
+  return 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
+}
 __device__ float4 add_rounded4(float4 a, float4 b) {
   return make_float4(add_rounded(a.x, b.x), add_rounded(a.y, b.y), add_rounded(a.z, b.z), add_rounded(a.w, b.w));
 }
@@ -241,11 +249,11 @@ __global__ void rms_norm_resident_kernel(const float* x, const float* weight, in
       squares += squares4(v[k]);
     }
   }
-  const float inv = 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
+  const float inv = inverse_rms(squares, dim, eps);
 #pragma unroll
   for (int k = 0; k < kResidentQuads; ++k) {
     const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    if (i < quads) store4(yr, i, weight ? times4(scale4(v[k], inv), load4(weight, i)) : scale4(v[k], inv));
+    if (i < quads) store4(yr, i, normalized4(v[k], inv, weight, i));
   }
 }
 
@@ -266,13 +274,13 @@ __global__ void add_rms_norm_resident_kernel(float* x, float* r, const float* r_
       squares += squares4(rv[k]);
     }
   }
-  const float inv = 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
+  const float inv = inverse_rms(squares, dim, eps);
   float x_squares = 0.0f;
 #pragma unroll
   for (int k = 0; k < kResidentQuads; ++k) {
     const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
     if (i < quads) {
-      const float4 v = r_weight ? times4(scale4(rv[k], inv), load4(r_weight, i)) : scale4(rv[k], inv);
+      const float4 v = normalized4(rv[k], inv, r_weight, i);
       store4(rr, i, v);
       xv[k] = add_rounded4(xv[k], v);
       store4(xr, i, xv[k]);
@@ -281,11 +289,11 @@ __global__ void add_rms_norm_resident_kernel(float* x, float* r, const float* r_
   }
   if (next == nullptr) return;  // the same for every thread of the block
   float* nr = next + int64_t(blockIdx.x) * dim;
-  const float x_inv = 1.0f / sqrtf(block_sum(x_squares) / float(dim) + eps);
+  const float x_inv = inverse_rms(x_squares, dim, eps);
 #pragma unroll
   for (int k = 0; k < kResidentQuads; ++k) {
     const int64_t i = threadIdx.x + int64_t(k) * blockDim.x;
-    if (i < quads) store4(nr, i, next_weight ? times4(scale4(xv[k], x_inv), load4(next_weight, i)) : scale4(xv[k], x_inv));
+    if (i < quads) store4(nr, i, normalized4(xv[k], x_inv, next_weight, i));
   }
 }
 

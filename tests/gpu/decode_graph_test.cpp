@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <memory>
 #include <vector>
 
 #include "gpu_test_util.h"
@@ -18,6 +19,14 @@ namespace fs = std::filesystem;
 
 const fs::path& tiny_model() {
   return testing::mkmodel_once("--arch gemma4 --preset tiny-ple --type q4_k --seed 11");
+}
+
+// The tiny model with every layer on the GPU.
+std::unique_ptr<Model> load_on_gpu() {
+  ModelLoadOptions load;
+  load.device = Device::Cuda;
+  load.n_gpu_layers = 99;
+  return Model::load(tiny_model().string(), load);
 }
 
 // The logits of a prompt and then `steps` greedy decode steps, each step's row copied out.
@@ -42,10 +51,7 @@ std::vector<std::vector<float>> greedy_logits(const Model& model, bool graphs, f
 
 TEST(CudaDecodeGraphs, ReplayedStepsEqualStepsLaunchedOneByOne) {
   SPARROW_REQUIRE_GPU();
-  ModelLoadOptions load;
-  load.device = Device::Cuda;
-  load.n_gpu_layers = 99;
-  const auto model = Model::load(tiny_model().string(), load);
+  const auto model = load_on_gpu();
   // 300 steps: past the context lengths at which the decode attention changes its number of splits.
   for (formats::KvCodec kv : {formats::KvCodec::F16, formats::KvCodec::TBQ4}) {
     const auto launched = greedy_logits(*model, false, kv, 300);
@@ -61,10 +67,7 @@ TEST(CudaDecodeGraphs, ReplayedStepsEqualStepsLaunchedOneByOne) {
 // ctest runs each test in a process of its own, so nothing ran before this one.
 TEST(CudaDecodeGraphs, AOneTokenFirstPassIsRecordedWithSketchingCodecs) {
   SPARROW_REQUIRE_GPU();
-  ModelLoadOptions load;
-  load.device = Device::Cuda;
-  load.n_gpu_layers = 99;
-  const auto model = Model::load(tiny_model().string(), load);
+  const auto model = load_on_gpu();
   std::vector<std::vector<float>> logits;
   for (bool graphs : {true, false}) {
     SessionOptions options;

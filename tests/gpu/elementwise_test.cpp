@@ -80,6 +80,13 @@ TEST_F(CudaOps, FreedBuffersAreGoneAndUnknownPointersIgnored) {
 }
 
 // Rows held in registers (dim % 4 == 0 up to 8192), rows too long for that (10240) and rows of other lengths.
+// 1 / sqrt(mean(v[0..dim)^2) + eps) in double.
+double inverse_rms(const float* v, int64_t dim, double eps) {
+  double squares = 0;
+  for (int64_t i = 0; i < dim; ++i) squares += double(v[i]) * v[i];
+  return 1.0 / std::sqrt(squares / double(dim) + eps);
+}
+
 TEST_F(CudaOps, RmsNormMatchesDoublePrecisionReference) {
   for (int64_t dim : {64, 256, 640, 1001, 5376, 10240}) {
     for (bool with_weight : {true, false}) {
@@ -90,9 +97,7 @@ TEST_F(CudaOps, RmsNormMatchesDoublePrecisionReference) {
         const std::vector<float> w = random_floats(dim, 99, 0.5f, 1.5f);
         std::vector<double> want(x.size());
         for (int64_t r = 0; r < rows; ++r) {
-          double squares = 0;
-          for (int64_t i = 0; i < dim; ++i) squares += double(x[r * dim + i]) * x[r * dim + i];
-          const double inv = 1.0 / std::sqrt(squares / double(dim) + eps);
+          const double inv = inverse_rms(x.data() + r * dim, dim, eps);
           for (int64_t i = 0; i < dim; ++i) want[r * dim + i] = x[r * dim + i] * inv * (with_weight ? w[i] : 1.0);
         }
         float* dx = upload(x);
@@ -118,9 +123,7 @@ TEST_F(CudaOps, AddRmsNormMatchesDoublePrecisionReference) {
         std::vector<double> want_r(x.size()), want_x(x.size()), want_next(x.size());
         for (int64_t row = 0; row < rows; ++row) {
           const int64_t o = row * dim;
-          double squares = 0;
-          for (int64_t i = 0; i < dim; ++i) squares += double(r[o + i]) * r[o + i];
-          const double inv = 1.0 / std::sqrt(squares / double(dim) + eps);
+          const double inv = inverse_rms(r.data() + o, dim, eps);
           double x_squares = 0;
           for (int64_t i = 0; i < dim; ++i) {
             want_r[o + i] = r[o + i] * inv * (with_weights ? rw[i] : 1.0);
@@ -211,9 +214,7 @@ TEST_F(CudaOps, RmsNormRopeMatchesNormThenRope) {
     std::vector<float> normalized(x.size());
     for (size_t head = 0; head < x.size() / size_t(c.head_dim); ++head) {
       const float* v = x.data() + head * c.head_dim;
-      double squares = 0;
-      for (int i = 0; i < c.head_dim; ++i) squares += double(v[i]) * v[i];
-      const double inv = 1.0 / std::sqrt(squares / c.head_dim + eps);
+      const double inv = inverse_rms(v, c.head_dim, eps);
       for (int i = 0; i < c.head_dim; ++i) normalized[head * c.head_dim + i] = float(v[i] * inv * (c.weight ? w[i] : 1.0));
     }
     const std::vector<float> want = rope_reference(normalized, n_tokens, c.n_heads, c.head_dim, c.first_position,
