@@ -35,6 +35,8 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdint>
 #include <string>
@@ -318,23 +320,29 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Decode: the same sum on CUDA cores, one warp per output row.
+// Decode: the same sum on CUDA cores, one warp per output row at a time.
 //
-// A CTA of kGemvWarps warps owns kGemvWarps consecutive rows; its warps share nothing and never wait for each
-// other. A warp walks its row in steps of kGemvUnits<T> units (about 2 KiB): it stages the step's bytes into its
-// own shared buffer with 16-byte loads (every lane's loads in flight at once), then lane l takes sub-blocks l,
-// l + 32, ... of the step: WeightInt8<T>::decode_sub_block from shared memory, four codes per word, dp4a against
-// each token's activation codes (read from global memory: every warp of the GPU reads the same few KiB, which stay
-// in L1), and the sub-block's term scaled into the lane's fp32 sum per token. A shuffle tree adds the lanes' sums.
+// The grid holds at most the CTAs (kGemvWarps warps each) that the GPU keeps resident at once; warp w of the
+// grid's W warps takes rows w, w + W, w + 2W, ... of the launch's matrices (counted one matrix after another), so
+// that at any moment neighbouring warps read neighbouring rows. A warp's work is a stream of steps, each row cut
+// into steps of at most kGemvUnits<T> units (about 2 KiB). The steps pass through a ring of kGemvStages
+// shared-memory buffers filled by cp.async: while the warp computes step i, the copies of steps i + 1 ..
+// i + kGemvStages - 1 are in flight, so that a warp's reads of its next rows overlap its arithmetic instead of
+// every warp waiting on one row's loads and then exiting. Per step, lane l takes sub-blocks l, l + 32, ...:
+// decoded from shared memory four codes per word, dp4a against each token's activation codes (read from global
+// memory: every warp reads the same few KiB, which stay in L1), the sub-block's term scaled into the lane's fp32
+// sum per token. After a row's last step a shuffle tree adds the lanes' sums.
 
 constexpr int kGemvWarps = 4;
+constexpr int kGemvStages = 3;
 constexpr int kGemvStepBytes = 2048;
 
 template <TensorType T>
 constexpr int kGemvUnits = int(sizeof(typename WeightInt8<T>::Unit)) >= kGemvStepBytes
                                ? 1
                                : kGemvStepBytes / int(sizeof(typename WeightInt8<T>::Unit));
-// A warp's staging buffer: one step, shifted to the row's address modulo 16 (stage_row_bytes), in 16-byte words.
+// One staging buffer: a step, shifted to the row's address modulo 16 (stage_row_bytes_async), in 16-byte words,
+// with room for load_words to read a word past its end.
 template <TensorType T>
 constexpr int kGemvStagingWords = (kGemvUnits<T> * int(sizeof(typename WeightInt8<T>::Unit)) + 15 + 15) / 16;
 
@@ -354,14 +362,14 @@ __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const in
   return dot;
 }
 
-// The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): CTAs
-// [first_cta[m], first_cta[m + 1]) compute matrix m's rows, kGemvWarps rows each.
+// The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): rows
+// [first_row[m], first_row[m] + n_out[m]) of the launch's total_rows are matrix m's.
 struct GemvMatrices {
   const uint8_t* w[kMaxGemvMatrices];
   float* y[kMaxGemvMatrices];
   int n_out[kMaxGemvMatrices];
-  int first_cta[kMaxGemvMatrices + 1];
-  int count;
+  int first_row[kMaxGemvMatrices];
+  int count, total_rows;
 };
 
 // n little-endian words from the bytes at p (shared memory, any alignment): the aligned words around them,
@@ -427,39 +435,84 @@ __device__ __forceinline__ SubBlockScale staged_sub_block(const uint8_t* unit, i
   }
 }
 
+// a[m] without indexing the kernel's parameters at run time (which would copy them to the stack).
+template <typename V>
+__device__ __forceinline__ V pick(const V (&a)[kMaxGemvMatrices], int m) {
+  V v = a[0];
+#pragma unroll
+  for (int k = 1; k < kMaxGemvMatrices; ++k) v = m == k ? a[k] : v;
+  return v;
+}
+
+// Where a warp's step lies: matrix m, its row `row` and units [u0, u0 + n) of it, and whether it ends the row.
+struct GemvStep {
+  int m, row, u0, n;
+  bool last;
+};
+
+template <TensorType T>
+__device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrices, int first_row, int row_stride,
+                                                     int steps_per_row, int n_units, int i) {
+  const int row = first_row + (i / steps_per_row) * row_stride, step = i % steps_per_row;
+  int m = 0, m_first = 0;
+#pragma unroll
+  for (int k = 1; k < kMaxGemvMatrices; ++k) {
+    if (k < matrices.count && row >= matrices.first_row[k]) m = k, m_first = matrices.first_row[k];
+  }
+  const int u0 = step * kGemvUnits<T>;
+  return {m, row - m_first, u0, min(kGemvUnits<T>, n_units - u0), step == steps_per_row - 1};
+}
+
 template <TensorType T>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
     gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, const int8_t* __restrict__ xq,
                      const float* __restrict__ x_scale, const float* __restrict__ x_sum32, int n_tokens) {
   using W = WeightInt8<T>;
   using Unit = typename W::Unit;
-  constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks, kUnits = kGemvUnits<T>;
-  __shared__ uint4 staging[kGemvWarps][kGemvStagingWords<T>];
+  constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks;
+  __shared__ uint4 staging[kGemvWarps][kGemvStages][kGemvStagingWords<T>];
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  int m = 0;
-  while (m + 1 < matrices.count && int(blockIdx.x) >= matrices.first_cta[m + 1]) ++m;
-  const int n_out = matrices.n_out[m];
-  float* __restrict__ y = matrices.y[m];
-  const int64_t row = int64_t(int(blockIdx.x) - matrices.first_cta[m]) * kGemvWarps + warp;
-  if (row >= n_out) return;  // warps never synchronize with each other
-  const uint8_t* row_data = matrices.w[m] + size_t(row) * row_bytes;
+  const int total_rows = matrices.total_rows, row_stride = int(gridDim.x) * kGemvWarps;
+  const int first_row = int(blockIdx.x) * kGemvWarps + warp;
+  if (first_row >= total_rows) return;  // warps never synchronize with each other
   const int n_units = n_in / kUnitElements<T>;
+  const int steps_per_row = (n_units + kGemvUnits<T> - 1) / kGemvUnits<T>;
+  const int n_steps = (total_rows - first_row + row_stride - 1) / row_stride * steps_per_row;
+
+  // Step i's bytes go to buffer i % kGemvStages, at the offset of its source modulo 16.
+  auto staged = [&](int i, const uint8_t* src) {
+    return reinterpret_cast<uint8_t*>(staging[warp][i % kGemvStages]) + (reinterpret_cast<uintptr_t>(src) & 15);
+  };
+  auto source = [&](const GemvStep& at) {
+    return pick(matrices.w, at.m) + size_t(at.row) * row_bytes + size_t(at.u0) * sizeof(Unit);
+  };
+  // Every lane commits one group per step number, empty past the last step, so that waiting for all but the
+  // newest kGemvStages - 1 groups always means step i's.
+  auto issue = [&](int i) {
+    if (i < n_steps) {
+      const GemvStep at = locate_gemv_step<T>(matrices, first_row, row_stride, steps_per_row, n_units, i);
+      const uint8_t* src = source(at);
+      stage_row_bytes_async(staged(i, src), src, at.n * int(sizeof(Unit)), lane);
+    }
+    commit_copies();
+  };
+  for (int i = 0; i + 1 < kGemvStages; ++i) issue(i);
 
   float acc[kMaxGemvTokens];
 #pragma unroll
   for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
-  for (int u0 = 0; u0 < n_units; u0 += kUnits) {
-    const int n = min(kUnits, n_units - u0);
-    const uint8_t* src = row_data + size_t(u0) * sizeof(Unit);
-    uint8_t* units = reinterpret_cast<uint8_t*>(staging[warp]) + (reinterpret_cast<uintptr_t>(src) & 15);
-    __syncwarp();  // every lane is done with the previous step
-    stage_row_bytes(units, src, n * int(sizeof(Unit)), lane);
-    __syncwarp();  // the step's bytes are visible to the whole warp
-    for (int s = lane; s < n * kUnitSubBlocks; s += kWarp) {
+  for (int i = 0; i < n_steps; ++i) {
+    __syncwarp();  // every lane is done with step i - 1, whose buffer step i + kGemvStages - 1 refills
+    issue(i + kGemvStages - 1);
+    wait_copies<kGemvStages - 1>();  // this lane's copies of step i have landed
+    __syncwarp();                    // and so have every lane's
+    const GemvStep at = locate_gemv_step<T>(matrices, first_row, row_stride, steps_per_row, n_units, i);
+    const uint8_t* units = staged(i, source(at));
+    for (int s = lane; s < at.n * kUnitSubBlocks; s += kWarp) {
       uint32_t words[kSub / 4];
       const SubBlockScale ws =
           staged_sub_block<T>(units + (s / kUnitSubBlocks) * sizeof(Unit), s % kUnitSubBlocks, words);
-      const int e = u0 * kUnitElements<T> + s * kSub;  // the sub-block's first element in the row
+      const int e = at.u0 * kUnitElements<T> + s * kSub;  // the sub-block's first element in the row
 #pragma unroll
       for (int t = 0; t < kMaxGemvTokens; ++t) {
         if (t >= n_tokens) break;
@@ -470,13 +523,35 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
         acc[t] = sum;
       }
     }
-  }
+    if (!at.last) continue;
+    float* __restrict__ y = pick(matrices.y, at.m);
+    const int n_out = pick(matrices.n_out, at.m);
 #pragma unroll
-  for (int t = 0; t < kMaxGemvTokens; ++t) {
-    if (t >= n_tokens) break;
-    for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
-    if (lane == 0) y[int64_t(t) * n_out + row] = acc[t];
+    for (int t = 0; t < kMaxGemvTokens; ++t) {
+      if (t >= n_tokens) break;
+      for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
+      if (lane == 0) y[int64_t(t) * n_out + at.row] = acc[t];
+      acc[t] = 0.0f;
+    }
   }
+}
+
+// CTAs of gemv_int8_kernel<T> the current device keeps resident at once (the most one launch needs).
+template <TensorType T>
+int gemv_resident_ctas() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> known[kMaxDevices];
+  int device = 0;
+  SPARROW_CUDA_CHECK(cudaGetDevice(&device));
+  if (device >= kMaxDevices) throw Error("cuda::matmul_int8: device ordinal " + std::to_string(device) + " too large");
+  if (const int n = known[device].load(std::memory_order_relaxed); n > 0) return n;
+  int per_sm = 0, sms = 0;
+  SPARROW_CUDA_CHECK(
+      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T>, kGemvWarps * kWarp, 0));
+  SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  const int n = std::max(1, per_sm) * std::max(1, sms);
+  known[device].store(n, std::memory_order_relaxed);
+  return n;
 }
 
 // Throws unless the current device and the kernel's binary are sm_80 or newer (mma.sync on 8-bit integers in
@@ -543,15 +618,17 @@ void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int
     matrices.count = int(targets.size());
     for (int m = 0; m < matrices.count; ++m) {
       const WeightMatrix& w = targets[m].w;
-      const int64_t ctas = (w.n_out + kGemvWarps - 1) / kGemvWarps;
-      if (matrices.first_cta[m] + ctas > INT_MAX) throw Error(what + ": too many rows for one launch");
+      if (int64_t(matrices.total_rows) + w.n_out > INT_MAX) throw Error(what + ": too many rows for one launch");
       matrices.w[m] = static_cast<const uint8_t*>(w.data);
       matrices.y[m] = targets[m].y;
       matrices.n_out[m] = int(w.n_out);
-      matrices.first_cta[m + 1] = matrices.first_cta[m] + int(ctas);
+      matrices.first_row[m] = matrices.total_rows;
+      matrices.total_rows += int(w.n_out);
     }
-    gemv_int8_kernel<T><<<unsigned(matrices.first_cta[matrices.count]), kGemvWarps * kWarp, 0, ctx.stream()>>>(
-        matrices, row_bytes, n_in, xq, x_scale, x_sum32, int(n_tokens));
+    const int ctas = std::min((matrices.total_rows + kGemvWarps - 1) / kGemvWarps,
+                              gemv_resident_ctas<T>());
+    gemv_int8_kernel<T><<<unsigned(ctas), kGemvWarps * kWarp, 0, ctx.stream()>>>(matrices, row_bytes, n_in, xq,
+                                                                                   x_scale, x_sum32, int(n_tokens));
     SPARROW_CUDA_CHECK_LAUNCH();
     return;
   }

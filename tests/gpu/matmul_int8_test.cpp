@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -245,6 +246,67 @@ TEST(CudaMatmulInt8, RowsThatEndMidStepAndPartialTiles) {
         }
       }
     });
+  }
+}
+
+// The decode GEMV's grid holds at most the CTAs the GPU keeps resident, so a matrix of more rows than that has
+// each warp walk several rows (an H100 or H200 holds about 5000 of its warps), rows of 2816 Q8_0 / Q4_0 elements
+// take two steps of the warp's copy ring, and Q6_K rows of 2816 are 2310 bytes, off 16-byte boundaries.
+TEST(CudaMatmulInt8, DecodeRowsBeyondOneResidentGrid) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q6_K, TensorType::Q4_0}) {
+    formats::visit_weight_type(type, "test", [&](auto t) {
+      constexpr TensorType T = decltype(t)::value;
+      if constexpr (formats::WeightInt8<T>::kSupported) {
+        for (int64_t n_tokens : {1, 3}) {
+          if (HasFailure()) return;
+          const double ratio = check_mma<T>(ctx, stream, Shape{2816, 12007}, n_tokens, uint32_t(40 + n_tokens));
+          std::printf("matmul_int8 %-5s n_in=2816 n_out=12007 tokens=%lld max error / bound = %.3g\n",
+                      tensor_type_name(T).c_str(), (long long)n_tokens, ratio);
+        }
+      }
+    });
+  }
+}
+
+// Several matrices in one GEMV launch (the rows of all of them shared out over the grid's warps) give each
+// matrix the bits of its own launch.
+TEST(CudaMatmulInt8, SeveralMatricesInOneLaunchGiveTheBitsOfSeparateLaunches) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const int64_t n_in = 1536, n_tokens = 2;
+  const int64_t n_outs[] = {6001, 130, 9000, 1};
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+    const auto x = random_activations(n_in * n_tokens, 77);
+    const QuantizedActivations a = quantize(type, x, n_in, n_tokens);
+    DeviceBuffer<int8_t> q_dev(a.q);
+    DeviceBuffer<float> scale_dev(a.scale), sum32_dev(a.sum32);
+    std::deque<DeviceBuffer<uint8_t>> weights;  // deques: the buffers neither copy nor move
+    std::deque<DeviceBuffer<float>> together, alone;
+    std::vector<MatmulTarget> targets;
+    for (int64_t n_out : n_outs) {
+      weights.emplace_back(random_weights(type, n_in, n_out, uint32_t(n_out)));
+      together.emplace_back(size_t(n_tokens * n_out));
+      alone.emplace_back(size_t(n_tokens * n_out));
+      together.back().poison();
+      alone.back().poison();
+    }
+    for (size_t m = 0; m < weights.size(); ++m) {
+      const WeightMatrix w{type, weights[m].get(), n_in, n_outs[m]};
+      targets.push_back({w, together[m].get()});
+      matmul_int8(ctx, w, q_dev.get(), scale_dev.get(), sum32_dev.get(), n_tokens, alone[m].get());
+    }
+    matmul_int8(ctx, targets, q_dev.get(), scale_dev.get(), sum32_dev.get(), n_tokens);
+    stream.sync();
+    for (size_t m = 0; m < weights.size(); ++m) {
+      const auto p = together[m].read(), r = alone[m].read();
+      EXPECT_EQ(std::memcmp(p.data(), r.data(), p.size() * sizeof(float)), 0)
+          << tensor_type_name(type) << " matrix " << m;
+      EXPECT_FALSE(std::isnan(p.back())) << tensor_type_name(type) << " matrix " << m;
+    }
   }
 }
 
