@@ -1,13 +1,14 @@
-// Activation rounding and quantization (activations.h). The 8-bit formats run one warp per group: the lanes
-// hold group / 32 consecutive elements each, the group's max |x| and each 32 elements' sum of values come from
-// warp shuffles (max and integer sums are exact in any order), and the per-group arithmetic is
-// formats/activation_blocks.h's, which the CPU kernels and the reference use too.
+// Activation rounding and quantization (activations.h). The 8-bit formats run a thread per 32 consecutive
+// elements (quantize_units.cuh, shared with the decode GEMV's prologue); a group's max |x| is combined by warp
+// shuffles (exact in any order), and the per-group arithmetic is formats/activation_blocks.h's, which the CPU
+// kernels and the reference use too.
 #include "cuda/activations.h"
 
 #include <algorithm>
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/quantize_units.cuh"
 #include "util/error.h"
 
 namespace sparrow::cuda {
@@ -15,7 +16,6 @@ namespace {
 
 using formats::ActivationFormat;
 
-constexpr int kWarp = 32;
 constexpr int kThreads = 256;
 
 template <ActivationFormat F>
@@ -29,39 +29,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// One warp per group of kGroup elements; lane l holds elements [l * kPerLane, (l + 1) * kPerLane) of it.
+// A thread per 32 elements (quantize_units.cuh).
 template <ActivationFormat F>
 __global__ void __launch_bounds__(kThreads)
-    quantize_groups_kernel(const float* __restrict__ x, int64_t n_groups, ActivationOutputs out) {
-  constexpr int kGroup = formats::activation_group(F), kPerLane = kGroup / kWarp;
-  constexpr int kLanesPer32 = 32 / kPerLane;  // lanes that share one 32-element sum
-  const int lane = int(threadIdx.x) % kWarp;
-  const int64_t g = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / kWarp;
-  if (g >= n_groups) return;  // whole warps leave together: kThreads is a multiple of the warp
-  const float* xg = x + g * kGroup + lane * kPerLane;
-  float v[kPerLane];
-  float amax = 0.0f;
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    v[k] = xg[k];
-    amax = fmaxf(amax, fabsf(v[k]));
-  }
-  for (int offset = kWarp / 2; offset > 0; offset /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, offset));
-  const formats::ActivationGroupScale s = formats::activation_group_scale(F, amax);
-  int sum = 0;
-  const int64_t first = g * kGroup + lane * kPerLane;
-#pragma unroll
-  for (int k = 0; k < kPerLane; ++k) {
-    const int level = formats::quantize_activation(s, v[k]);
-    sum += level;
-    if (out.q != nullptr) out.q[first + k] = int8_t(level);
-    if (out.rounded != nullptr) out.rounded[first + k] = s.scale * float(level);
-  }
-  for (int offset = kLanesPer32 / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xFFFFFFFFu, sum, offset);
-  if (lane % kLanesPer32 == 0 && out.sum32 != nullptr) {
-    out.sum32[first / 32] = formats::activation_sum32(F, s, sum);
-  }
-  if (lane == 0 && out.scale != nullptr) out.scale[g] = s.scale;
+    quantize_units_kernel(const float* __restrict__ x, int64_t n_units, ActivationOutputs out) {
+  quantize_units<F>(x, n_units, out, int64_t(blockIdx.x) * blockDim.x + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 
 unsigned grid_for(int64_t threads) {
@@ -70,9 +42,8 @@ unsigned grid_for(int64_t threads) {
 
 template <ActivationFormat F>
 void launch_groups(cudaStream_t stream, const float* x, int64_t n, const ActivationOutputs& out) {
-  const int64_t n_groups = n / formats::activation_group(F);
-  if (n_groups * kWarp > (int64_t(1) << 20) * kThreads) throw Error("quantize_activations: too many activations");
-  quantize_groups_kernel<F><<<grid_for(n_groups * kWarp), kThreads, 0, stream>>>(x, n_groups, out);
+  const int64_t n_units = n / 32;
+  quantize_units_kernel<F><<<grid_for(n_units), kThreads, 0, stream>>>(x, n_units, out);
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 
@@ -87,6 +58,9 @@ void quantize_activations(cudaStream_t stream, ActivationFormat format, const fl
   }
   const int64_t n = n_tokens * n_in;
   if (n == 0) return;
+  if (group != 0 && reinterpret_cast<uintptr_t>(x) % 16 != 0) {
+    throw Error("quantize_activations: activations are not 16-byte aligned");
+  }
   switch (format) {
     case ActivationFormat::F32:
       if (out.rounded != nullptr && out.rounded != x) {

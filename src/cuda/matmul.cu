@@ -308,6 +308,11 @@ void matmul(MatmulContext& ctx, const float* x, int64_t n_tokens, std::span<cons
            targets[j].w.n_in == w.n_in) {
       ++j;
     }
+    if (matmul_int8_quantizes(w.type, w.n_in, n_tokens)) {  // the GEMV quantizes x itself: one launch
+      matmul_int8(ctx, targets.subspan(i, j - i), x, n_tokens);
+      i = j;
+      continue;
+    }
     const formats::ActivationFormat format = formats::find_weight_format(w.type)->activation;
     if (!converted || converted->format != format || converted->n_in != w.n_in) {
       const size_t n = size_t(n_tokens * w.n_in);

@@ -42,6 +42,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/quantize_units.cuh"
 #include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
 #include "formats/weight_int8.h"
@@ -122,7 +123,19 @@ struct ActivationTerms {
   float scale, offset;
 };
 
-template <TensorType T>
+// 16 bytes of activation codes: through the read-only cache from global memory, plainly from shared memory
+// (which the read-only path cannot address).
+template <bool kShared>
+__device__ __forceinline__ uint4 load_codes16(const int8_t* p) {
+  const uint4* v = reinterpret_cast<const uint4*>(p);
+  if constexpr (kShared) {
+    return *v;
+  } else {
+    return __ldg(v);
+  }
+}
+
+template <TensorType T, bool kShared = false>
 __device__ __forceinline__ ActivationTerms activation_terms(const int8_t* __restrict__ xq,
                                                                const float* __restrict__ x_scale,
                                                                const float* __restrict__ x_sum32, int64_t token,
@@ -136,7 +149,7 @@ __device__ __forceinline__ ActivationTerms activation_terms(const int8_t* __rest
       offset = x_sum32[token * (n_in / 32) + e / 32];  // ggml's per-32 term (activation_sum32)
     } else {
       // No per-16 sums are stored: scale times the sum of the 16 codes, as ggml forms Q8_K bsums' term.
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(xq + token * n_in + e));
+      const uint4 v = load_codes16<kShared>(xq + token * n_in + e);
       const int ones = 0x01010101;
       int sum = __dp4a(int(v.x), ones, 0);
       sum = __dp4a(int(v.y), ones, sum);
@@ -347,13 +360,12 @@ template <TensorType T>
 constexpr int kGemvStagingWords = (kGemvUnits<T> * int(sizeof(typename WeightInt8<T>::Unit)) + 15 + 15) / 16;
 
 // The dot product of kSub weight codes with kSub activation codes (16-byte aligned).
-template <int kSub>
+template <int kSub, bool kShared>
 __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const int8_t* __restrict__ x) {
-  const uint4* xv = reinterpret_cast<const uint4*>(x);
   int dot = 0;
 #pragma unroll
   for (int i = 0; i < kSub / 16; ++i) {
-    const uint4 v = __ldg(xv + i);
+    const uint4 v = load_codes16<kShared>(x + 16 * i);
     dot = __dp4a(int(w[4 * i]), int(v.x), dot);
     dot = __dp4a(int(w[4 * i + 1]), int(v.y), dot);
     dot = __dp4a(int(w[4 * i + 2]), int(v.z), dot);
@@ -463,18 +475,37 @@ __device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrice
   return {m, row - m_first, u0, min(kGemvUnits<T>, n_units - u0), step == steps_per_row - 1};
 }
 
+// A GEMV launch's activations: their codes as quantize_activations writes them (q, scale, sum32), or, where the
+// kernel quantizes them itself, the floats x.
+struct GemvActivations {
+  const float* x;
+  const int8_t* q;
+  const float* scale;
+  const float* sum32;
+};
+
+// Shared memory for n_tokens x n_in activations quantized in the GEMV's prologue: the codes, the groups' scales,
+// the 32-element sums (the layout of ActivationOutputs, tokens one after another), 16-byte aligned.
 template <TensorType T>
+constexpr int gemv_quantized_bytes(int64_t n_in, int64_t n_tokens) {
+  const int64_t n = n_in * n_tokens;
+  return int((n + 4 * (n / kActivationGroup<T>) + 4 * (n / 32) + 15) / 16 * 16);
+}
+constexpr int kMaxGemvQuantizedBytes = 20 * 1024;  // within the 48 KiB a CTA has without opting in
+
+template <TensorType T, bool kQuantizes>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, const int8_t* __restrict__ xq,
-                     const float* __restrict__ x_scale, const float* __restrict__ x_sum32, int n_tokens) {
+    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, GemvActivations activations, int n_tokens) {
   using W = WeightInt8<T>;
   using Unit = typename W::Unit;
   constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks;
   __shared__ uint4 staging[kGemvWarps][kGemvStages][kGemvStagingWords<T>];
+  extern __shared__ uint4 quantized[];  // kQuantizes: gemv_quantized_bytes
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
   const int total_rows = matrices.total_rows, row_stride = int(gridDim.x) * kGemvWarps;
   const int first_row = int(blockIdx.x) * kGemvWarps + warp;
-  if (first_row >= total_rows) return;  // warps never synchronize with each other
+  const bool has_rows = first_row < total_rows;
+  if (!kQuantizes && !has_rows) return;  // warps never synchronize with each other, but for the prologue
   const int n_units = n_in / kUnitElements<T>;
   const int steps_per_row = (n_units + kGemvUnits<T> - 1) / kGemvUnits<T>;
   const int n_steps = (total_rows - first_row + row_stride - 1) / row_stride * steps_per_row;
@@ -496,7 +527,24 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     }
     commit_copies();
   };
-  for (int i = 0; i + 1 < kGemvStages; ++i) issue(i);
+  if (has_rows) {
+    for (int i = 0; i + 1 < kGemvStages; ++i) issue(i);
+  }
+  // The activations, quantized here while the first steps' copies are in flight.
+  const int8_t* __restrict__ xq = activations.q;
+  const float* __restrict__ x_scale = activations.scale;
+  const float* __restrict__ x_sum32 = activations.sum32;
+  if constexpr (kQuantizes) {
+    const int n = n_tokens * n_in;
+    int8_t* q = reinterpret_cast<int8_t*>(quantized);
+    float* scale = reinterpret_cast<float*>(q + n);
+    float* sum32 = scale + n / kActivationGroup<T>;
+    quantize_units<formats::find_weight_format(T)->activation>(
+        activations.x, n / 32, ActivationOutputs{.q = q, .scale = scale, .sum32 = sum32}, threadIdx.x, blockDim.x);
+    __syncthreads();
+    if (!has_rows) return;
+    xq = q, x_scale = scale, x_sum32 = sum32;
+  }
 
   float acc[kMaxGemvTokens];
 #pragma unroll
@@ -516,8 +564,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
 #pragma unroll
       for (int t = 0; t < kMaxGemvTokens; ++t) {
         if (t >= n_tokens) break;
-        const float dot = float(dot_codes<kSub>(words, xq + int64_t(t) * n_in + e));  // exact: |dot| < 2^24
-        const ActivationTerms x = activation_terms<T>(xq, x_scale, x_sum32, t, n_in, e);
+        const float dot = float(dot_codes<kSub, kQuantizes>(words, xq + int64_t(t) * n_in + e));  // |dot| < 2^24
+        const ActivationTerms x = activation_terms<T, kQuantizes>(xq, x_scale, x_sum32, t, n_in, e);
         float sum = fmaf(__fmul_rn(ws.scale, x.scale), dot, acc[t]);
         if constexpr (W::kHasMin) sum = fmaf(ws.min, x.offset, sum);
         acc[t] = sum;
@@ -536,21 +584,23 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   }
 }
 
-// CTAs of gemv_int8_kernel<T> the current device keeps resident at once (the most one launch needs).
-template <TensorType T>
-int gemv_resident_ctas() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> known[kMaxDevices];
+// CTAs of gemv_int8_kernel<T, kQuantizes> with `shared_bytes` of dynamic shared memory (a multiple of 16, at most
+// kMaxGemvQuantizedBytes) that the current device keeps resident at once: the most one launch needs.
+template <TensorType T, bool kQuantizes>
+int gemv_resident_ctas(int shared_bytes) {
+  constexpr int kMaxDevices = 64, kSizes = kMaxGemvQuantizedBytes / 16 + 1;
+  static std::atomic<int> known[kMaxDevices][kSizes];
   int device = 0;
   SPARROW_CUDA_CHECK(cudaGetDevice(&device));
   if (device >= kMaxDevices) throw Error("cuda::matmul_int8: device ordinal " + std::to_string(device) + " too large");
-  if (const int n = known[device].load(std::memory_order_relaxed); n > 0) return n;
+  std::atomic<int>& cached = known[device][shared_bytes / 16];
+  if (const int n = cached.load(std::memory_order_relaxed); n > 0) return n;
   int per_sm = 0, sms = 0;
-  SPARROW_CUDA_CHECK(
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T>, kGemvWarps * kWarp, 0));
+  SPARROW_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kQuantizes>,
+                                                                   kGemvWarps * kWarp, size_t(shared_bytes)));
   SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int n = std::max(1, per_sm) * std::max(1, sms);
-  known[device].store(n, std::memory_order_relaxed);
+  cached.store(n, std::memory_order_relaxed);
   return n;
 }
 
@@ -569,12 +619,10 @@ void require_sm80() {
   }
 }
 
-// Bytes per row of w; throws unless the arguments fit matmul_int8 (matmul_int8.h).
+// Bytes per row of w; throws unless w, n_tokens and y fit matmul_int8 (matmul_int8.h).
 template <TensorType T>
-size_t checked_row_bytes(const WeightMatrix& w, const int8_t* xq, const float* x_scale, const float* x_sum32,
-                         int64_t n_tokens, const float* y) {
-  using W = WeightInt8<T>;
-  using Unit = typename W::Unit;
+size_t checked_row_bytes(const WeightMatrix& w, int64_t n_tokens, const float* y) {
+  using Unit = typename WeightInt8<T>::Unit;
   const std::string what = std::string("cuda::matmul_int8 (") + tensor_type_name(T) + ")";
   if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % kUnitElements<T> != 0 || w.n_in > INT_MAX - kTileK ||
       w.n_out > INT_MAX - kTileRows) {
@@ -585,61 +633,105 @@ size_t checked_row_bytes(const WeightMatrix& w, const int8_t* xq, const float* x
   if (n_tokens < 0 || n_tokens > int64_t(kMaxTokenTiles) * kTileTokens) {
     throw Error(what + ": n_tokens " + std::to_string(n_tokens) + " out of range");
   }
-  if (w.data == nullptr || xq == nullptr || x_scale == nullptr || y == nullptr ||
-      (W::kHasMin && x_sum32 == nullptr)) {
-    throw Error(what + ": null weights, activation codes, scales" + (W::kHasMin ? ", sums" : "") + " or output");
-  }
+  if (w.data == nullptr || y == nullptr) throw Error(what + ": null weights or output");
   if (reinterpret_cast<uintptr_t>(w.data) % alignof(Unit) != 0) {
     throw Error(what + ": weight data is not aligned to " + std::to_string(alignof(Unit)) + " bytes");
   }
-  if (reinterpret_cast<uintptr_t>(xq) % 16 != 0) throw Error(what + ": activation codes are not 16-byte aligned");
   return size_t(w.n_in / kUnitElements<T>) * sizeof(Unit);
 }
 
+// Throws unless the activations fit matmul_int8 for type T: codes present and 16-byte aligned, or, where the
+// GEMV quantizes them, 16-byte aligned floats.
 template <TensorType T>
-void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
-            const float* x_sum32, int64_t n_tokens) {
+void check_activations(const GemvActivations& a) {
+  const std::string what = std::string("cuda::matmul_int8 (") + tensor_type_name(T) + ")";
+  if (a.x != nullptr) {
+    if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0) throw Error(what + ": activations are not 16-byte aligned");
+    return;
+  }
+  if (a.q == nullptr || a.scale == nullptr || (WeightInt8<T>::kHasMin && a.sum32 == nullptr)) {
+    throw Error(what + ": null activation codes, scales" + (WeightInt8<T>::kHasMin ? " or sums" : ""));
+  }
+  if (reinterpret_cast<uintptr_t>(a.q) % 16 != 0) throw Error(what + ": activation codes are not 16-byte aligned");
+}
+
+// Rows of up to kMaxGemvMatrices matrices of type T and one n_in for one launch; throws unless they fit.
+template <TensorType T>
+GemvMatrices gemv_matrices(std::span<const MatmulTarget> targets, int64_t n_tokens, size_t& row_bytes) {
   const std::string what = std::string("cuda::matmul_int8 (") + tensor_type_name(T) + ")";
   if (targets.empty() || targets.size() > size_t(kMaxGemvMatrices)) {
     throw Error(what + ": " + std::to_string(targets.size()) + " matrices (1 to " +
                 std::to_string(kMaxGemvMatrices) + ")");
   }
-  size_t row_bytes = 0;
-  for (const MatmulTarget& t : targets) {
-    if (t.w.type != T || t.w.n_in != targets[0].w.n_in) {
+  GemvMatrices matrices{};
+  matrices.count = int(targets.size());
+  for (int m = 0; m < matrices.count; ++m) {
+    const WeightMatrix& w = targets[size_t(m)].w;
+    if (w.type != T || w.n_in != targets[0].w.n_in) {
       throw Error(what + ": the matrices of one product differ in type or input length");
     }
-    row_bytes = checked_row_bytes<T>(t.w, xq, x_scale, x_sum32, n_tokens, t.y);
+    row_bytes = checked_row_bytes<T>(w, n_tokens, targets[size_t(m)].y);
+    if (int64_t(matrices.total_rows) + w.n_out > INT_MAX) throw Error(what + ": too many rows for one launch");
+    matrices.w[m] = static_cast<const uint8_t*>(w.data);
+    matrices.y[m] = targets[size_t(m)].y;
+    matrices.n_out[m] = int(w.n_out);
+    matrices.first_row[m] = matrices.total_rows;
+    matrices.total_rows += int(w.n_out);
   }
+  return matrices;
+}
+
+template <TensorType T, bool kQuantizes>
+void launch_gemv(MatmulContext& ctx, const GemvMatrices& matrices, size_t row_bytes, int n_in,
+                 const GemvActivations& activations, int n_tokens) {
+  const int shared_bytes = kQuantizes ? gemv_quantized_bytes<T>(n_in, n_tokens) : 0;
+  const int ctas = std::min((matrices.total_rows + kGemvWarps - 1) / kGemvWarps,
+                            gemv_resident_ctas<T, kQuantizes>(shared_bytes));
+  gemv_int8_kernel<T, kQuantizes><<<unsigned(ctas), kGemvWarps * kWarp, size_t(shared_bytes), ctx.stream()>>>(
+      matrices, row_bytes, n_in, activations, n_tokens);
+  SPARROW_CUDA_CHECK_LAUNCH();
+}
+
+template <TensorType T>
+void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const GemvActivations& activations,
+            int64_t n_tokens) {
+  size_t row_bytes = 0;
+  const GemvMatrices matrices = gemv_matrices<T>(targets, n_tokens, row_bytes);
+  check_activations<T>(activations);
   if (n_tokens == 0) return;
   const int n_in = int(targets[0].w.n_in);
-  if (n_tokens <= kMaxGemvTokens) {
-    GemvMatrices matrices{};
-    matrices.count = int(targets.size());
-    for (int m = 0; m < matrices.count; ++m) {
-      const WeightMatrix& w = targets[m].w;
-      if (int64_t(matrices.total_rows) + w.n_out > INT_MAX) throw Error(what + ": too many rows for one launch");
-      matrices.w[m] = static_cast<const uint8_t*>(w.data);
-      matrices.y[m] = targets[m].y;
-      matrices.n_out[m] = int(w.n_out);
-      matrices.first_row[m] = matrices.total_rows;
-      matrices.total_rows += int(w.n_out);
+  if (activations.x != nullptr) {
+    if (!matmul_int8_quantizes(T, n_in, n_tokens)) {
+      throw Error(std::string("cuda::matmul_int8 (") + tensor_type_name(T) + "): " + std::to_string(n_tokens) +
+                  " x " + std::to_string(n_in) + " float activations are too many for the GEMV to quantize");
     }
-    const int ctas = std::min((matrices.total_rows + kGemvWarps - 1) / kGemvWarps,
-                              gemv_resident_ctas<T>());
-    gemv_int8_kernel<T><<<unsigned(ctas), kGemvWarps * kWarp, 0, ctx.stream()>>>(matrices, row_bytes, n_in, xq,
-                                                                                   x_scale, x_sum32, int(n_tokens));
-    SPARROW_CUDA_CHECK_LAUNCH();
-    return;
+    return launch_gemv<T, true>(ctx, matrices, row_bytes, n_in, activations, int(n_tokens));
   }
+  if (n_tokens <= kMaxGemvTokens) return launch_gemv<T, false>(ctx, matrices, row_bytes, n_in, activations, int(n_tokens));
   require_sm80<T>();
   for (const MatmulTarget& t : targets) {
     const dim3 grid(unsigned((t.w.n_out + kTileRows - 1) / kTileRows),
                     unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
     int8_mma_kernel<T><<<grid, kThreads, 0, ctx.stream()>>>(static_cast<const uint8_t*>(t.w.data), row_bytes, n_in,
-                                                             int(t.w.n_out), xq, x_scale, x_sum32, int(n_tokens), t.y);
+                                                             int(t.w.n_out), activations.q, activations.scale,
+                                                             activations.sum32, int(n_tokens), t.y);
     SPARROW_CUDA_CHECK_LAUNCH();
   }
+}
+
+// Runs launch<T> for the targets' block type.
+void launch_for_type(MatmulContext& ctx, std::span<const MatmulTarget> targets, const GemvActivations& activations,
+                     int64_t n_tokens) {
+  if (targets.empty()) return;
+  formats::visit_weight_type(targets[0].w.type, "cuda::matmul_int8", [&](auto type) {
+    constexpr TensorType T = decltype(type)::value;
+    if constexpr (WeightInt8<T>::kSupported) {
+      launch<T>(ctx, targets, activations, n_tokens);
+    } else {
+      throw Error(std::string("cuda::matmul_int8: weight type ") + tensor_type_name(T) +
+                  " has no 8-bit integer form (formats/weight_int8.h); use cuda::matmul");
+    }
+  });
 }
 
 }  // namespace
@@ -658,16 +750,24 @@ void matmul_int8(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, co
 
 void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
                  const float* x_sum32, int64_t n_tokens) {
-  if (targets.empty()) return;
-  formats::visit_weight_type(targets[0].w.type, "cuda::matmul_int8", [&](auto type) {
-    constexpr TensorType T = decltype(type)::value;
+  launch_for_type(ctx, targets, GemvActivations{.x = nullptr, .q = xq, .scale = x_scale, .sum32 = x_sum32}, n_tokens);
+}
+
+bool matmul_int8_quantizes(TensorType type, int64_t n_in, int64_t n_tokens) {
+  if (!matmul_int8_supports(type) || n_tokens < 1 || n_tokens > kMaxGemvTokens || n_in <= 0) return false;
+  return formats::visit_weight_type(type, "cuda::matmul_int8_quantizes", [&](auto t) {
+    constexpr TensorType T = decltype(t)::value;
     if constexpr (WeightInt8<T>::kSupported) {
-      launch<T>(ctx, targets, xq, x_scale, x_sum32, n_tokens);
+      return n_in <= kMaxGemvQuantizedBytes && gemv_quantized_bytes<T>(n_in, n_tokens) <= kMaxGemvQuantizedBytes;
     } else {
-      throw Error(std::string("cuda::matmul_int8: weight type ") + tensor_type_name(T) +
-                  " has no 8-bit integer form (formats/weight_int8.h); use cuda::matmul");
+      return false;
     }
   });
+}
+
+void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens) {
+  if (x == nullptr) throw Error("cuda::matmul_int8: null activations");
+  launch_for_type(ctx, targets, GemvActivations{.x = x, .q = nullptr, .scale = nullptr, .sum32 = nullptr}, n_tokens);
 }
 
 }  // namespace sparrow::cuda

@@ -13,8 +13,9 @@
 // (WeightInt8<T>::kHasMin: Q4_1, Q5_1, Q4_K, Q5_K) have the second term.
 //
 // Two kernels (matmul_int8.cu): up to kMaxGemvTokens tokens (decode) a GEMV on CUDA cores, one warp per row,
-// dp4a on the codes, the terms summed per lane and then across the warp; more tokens (prefill) mma.sync on integer
-// tensor cores, the terms added in sub-block order.
+// dp4a on the codes, the terms summed per lane and then across the warp (quantizing the activations itself where
+// they fit its shared memory); more tokens (prefill) mma.sync on integer tensor cores, the terms added in
+// sub-block order.
 #include <cstdint>
 #include <span>
 
@@ -43,5 +44,16 @@ void matmul_int8(MatmulContext& ctx, const WeightMatrix& w, const int8_t* xq, co
 constexpr int kMaxGemvMatrices = 4;
 void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const int8_t* xq, const float* x_scale,
                  const float* x_sum32, int64_t n_tokens);
+
+// Whether the decode GEMV quantizes n_tokens x n_in float activations for weights of this type itself: up to
+// kMaxGemvTokens tokens whose codes fit its shared memory (one token of n_in up to about 13000).
+bool matmul_int8_quantizes(TensorType type, int64_t n_in, int64_t n_tokens);
+
+// The same products from the float activations x (device memory, [n_tokens][n_in], 16-byte aligned), where
+// matmul_int8_quantizes: each CTA of the GEMV quantizes x into shared memory (the code of quantize_activations,
+// while its first weight loads are in flight) instead of a kernel before it, so each y_i has the bits of
+// quantize_activations followed by matmul_int8 on the codes. Throws as above, and where matmul_int8_quantizes
+// is false.
+void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens);
 
 }  // namespace sparrow::cuda

@@ -272,39 +272,45 @@ TEST(CudaMatmulInt8, DecodeRowsBeyondOneResidentGrid) {
 }
 
 // Several matrices in one GEMV launch (the rows of all of them shared out over the grid's warps) give each
-// matrix the bits of its own launch.
+// matrix the bits of its own launch, and so does the launch that quantizes the float activations itself.
 TEST(CudaMatmulInt8, SeveralMatricesInOneLaunchGiveTheBitsOfSeparateLaunches) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
   const int64_t n_in = 1536, n_tokens = 2;
   const int64_t n_outs[] = {6001, 130, 9000, 1};
-  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_1}) {
     const auto x = random_activations(n_in * n_tokens, 77);
     const QuantizedActivations a = quantize(type, x, n_in, n_tokens);
+    DeviceBuffer<float> x_dev(x);
     DeviceBuffer<int8_t> q_dev(a.q);
     DeviceBuffer<float> scale_dev(a.scale), sum32_dev(a.sum32);
     std::deque<DeviceBuffer<uint8_t>> weights;  // deques: the buffers neither copy nor move
-    std::deque<DeviceBuffer<float>> together, alone;
-    std::vector<MatmulTarget> targets;
+    std::deque<DeviceBuffer<float>> together, alone, quantizing;
+    std::vector<MatmulTarget> targets, quantizing_targets;
     for (int64_t n_out : n_outs) {
       weights.emplace_back(random_weights(type, n_in, n_out, uint32_t(n_out)));
-      together.emplace_back(size_t(n_tokens * n_out));
-      alone.emplace_back(size_t(n_tokens * n_out));
-      together.back().poison();
-      alone.back().poison();
+      for (auto* outputs : {&together, &alone, &quantizing}) {
+        outputs->emplace_back(size_t(n_tokens * n_out));
+        outputs->back().poison();
+      }
     }
     for (size_t m = 0; m < weights.size(); ++m) {
       const WeightMatrix w{type, weights[m].get(), n_in, n_outs[m]};
       targets.push_back({w, together[m].get()});
+      quantizing_targets.push_back({w, quantizing[m].get()});
       matmul_int8(ctx, w, q_dev.get(), scale_dev.get(), sum32_dev.get(), n_tokens, alone[m].get());
     }
     matmul_int8(ctx, targets, q_dev.get(), scale_dev.get(), sum32_dev.get(), n_tokens);
+    ASSERT_TRUE(matmul_int8_quantizes(type, n_in, n_tokens));
+    matmul_int8(ctx, quantizing_targets, x_dev.get(), n_tokens);
     stream.sync();
     for (size_t m = 0; m < weights.size(); ++m) {
-      const auto p = together[m].read(), r = alone[m].read();
+      const auto p = together[m].read(), r = alone[m].read(), f = quantizing[m].read();
       EXPECT_EQ(std::memcmp(p.data(), r.data(), p.size() * sizeof(float)), 0)
           << tensor_type_name(type) << " matrix " << m;
+      EXPECT_EQ(std::memcmp(f.data(), r.data(), p.size() * sizeof(float)), 0)
+          << tensor_type_name(type) << " matrix " << m << ", activations quantized in the GEMV";
       EXPECT_FALSE(std::isnan(p.back())) << tensor_type_name(type) << " matrix " << m;
     }
   }
@@ -368,6 +374,18 @@ TEST(CudaMatmulInt8, RejectsTypesWithoutIntegerFormAndBadArguments) {
   EXPECT_THROW(matmul_int8(ctx, WeightMatrix{TensorType::Q8_0, bytes.get(), 64, 3}, q.get(), scale.get(),
                                nullptr, -1, y.get()),
                Error);
+  // Float activations, quantized in the GEMV: only decode shapes whose codes fit its shared memory.
+  DeviceBuffer<float> x(4096);
+  const MatmulTarget q8_target{WeightMatrix{TensorType::Q8_0, bytes.get(), 64, 3}, y.get()};
+  const std::span<const MatmulTarget> q8(&q8_target, 1);
+  EXPECT_NO_THROW(matmul_int8(ctx, q8, x.get(), 2));
+  EXPECT_THROW(matmul_int8(ctx, q8, x.get() + 1, 2), Error);  // floats misaligned
+  EXPECT_THROW(matmul_int8(ctx, q8, static_cast<const float*>(nullptr), 2), Error);
+  EXPECT_THROW(matmul_int8(ctx, q8, x.get(), 9), Error);  // a prefill: quantize first
+  EXPECT_TRUE(matmul_int8_quantizes(TensorType::Q8_0, 12288, 1));
+  EXPECT_FALSE(matmul_int8_quantizes(TensorType::Q8_0, 65536, 1));
+  EXPECT_FALSE(matmul_int8_quantizes(TensorType::Q8_0, 1536, 9));
+  EXPECT_FALSE(matmul_int8_quantizes(TensorType::F16, 1536, 1));
   EXPECT_TRUE(matmul_int8_supports(TensorType::Q6_K));
   EXPECT_FALSE(matmul_int8_supports(TensorType::BF16));
   EXPECT_FALSE(matmul_int8_supports(TensorType::IQ2_XXS));
