@@ -83,7 +83,9 @@ void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_t
 
 namespace {
 
-constexpr int64_t kMinKeysPerSplit = 128;  // below this a split's fixed cost (queries, partials) outweighs it
+// Keys per split at the least: one 32-key tile. A short decode context (one KV head, a few hundred keys) took
+// 15 us in one CTA at 128 (H100 profile, 2026-12-05) while the GPU idled; splits of a tile spread it out.
+constexpr int64_t kMinKeysPerSplit = 32;
 constexpr int kCtasPerMultiprocessor = 2;  // CTAs per SM decode aims for, so one waits on memory while one computes
 
 void check(const AttentionArgs& a) {
