@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/quantize_units.cuh"
 #include "util/error.h"
 
@@ -33,6 +34,7 @@ __global__ void __launch_bounds__(kThreads)
 template <ActivationFormat F>
 __global__ void __launch_bounds__(kThreads)
     quantize_units_kernel(const float* __restrict__ x, int64_t n_units, ActivationOutputs out) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   quantize_units<F>(x, n_units, out, int64_t(blockIdx.x) * blockDim.x + threadIdx.x, int64_t(gridDim.x) * blockDim.x);
 }
 

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/elementwise.h"
 #include "util/error.h"
 
@@ -72,6 +73,7 @@ struct BinaryMap {
 // Float4 items [0, n_vec4), then scalar items [first_scalar, n): the tail of a vectorized map, or all of it.
 template <class Map>
 __global__ void map_kernel(Map map, int64_t n_vec4, int64_t first_scalar, int64_t n) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   for (int64_t i = start; i < n_vec4; i += stride) map.apply4(i);
@@ -151,6 +153,7 @@ __device__ float block_sum(float v) {
 // equal x: every element is written by the thread that read it, after the block's reduction.
 template <bool kVec4>
 __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps, float* y) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
   float squares = 0.0f;
@@ -187,6 +190,7 @@ __device__ float add_rounded(float x, float y) { return __fadd_rn(x, y); }
 // elements it read, so the passes need no synchronization beyond the block sums.
 __global__ void add_rms_norm_kernel(float* x, float* r, const float* r_weight, int64_t dim, float eps,
                                     const float* next_weight, float* next) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   float* xr = x + int64_t(blockIdx.x) * dim;
   float* rr = r + int64_t(blockIdx.x) * dim;
   float squares = 0.0f;
@@ -236,6 +240,7 @@ __device__ float4 add_rounded4(float4 a, float4 b) {
 
 // rms_norm with the row in registers (row_fits_registers): y may equal x.
 __global__ void rms_norm_resident_kernel(const float* x, const float* weight, int64_t dim, float eps, float* y) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   const float* xr = x + int64_t(blockIdx.x) * dim;
   float* yr = y + int64_t(blockIdx.x) * dim;
   const int64_t quads = dim / 4;
@@ -260,6 +265,7 @@ __global__ void rms_norm_resident_kernel(const float* x, const float* weight, in
 // add_rms_norm with the rows in registers (row_fits_registers).
 __global__ void add_rms_norm_resident_kernel(float* x, float* r, const float* r_weight, int64_t dim, float eps,
                                              const float* next_weight, float* next) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   float* xr = x + int64_t(blockIdx.x) * dim;
   float* rr = r + int64_t(blockIdx.x) * dim;
   const int64_t quads = dim / 4;
@@ -372,6 +378,7 @@ __global__ void rms_norm_rope_kernel(float* x, const float* weight, float eps, i
 // blockIdx.y strides over rows, the x dimension over the row (float4 items when kVec4).
 template <bool kVec4>
 __global__ void mul_rows_kernel(float* y, const float* x, int64_t n_rows, int64_t row_len, int64_t x_row_stride) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   const int64_t items = kVec4 ? row_len / 4 : row_len;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < n_rows; r += gridDim.y) {

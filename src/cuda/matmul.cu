@@ -12,6 +12,7 @@
 
 #include "cuda/activations.h"
 #include "cuda/cuda_check.h"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/matmul_int8.h"
 #include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
@@ -181,6 +182,7 @@ template <TensorType T>
 __global__ void __launch_bounds__(kThreads)
     get_rows_kernel(const uint8_t* __restrict__ w, size_t row_bytes, int64_t n_in, int64_t n_out,
                     const int32_t* __restrict__ ids, float scale, float* __restrict__ out) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   const int64_t r = blockIdx.x;
   const int32_t id = ids[r];
   const bool valid = id >= 0 && id < n_out;

@@ -42,6 +42,7 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/quantize_units.cuh"
 #include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
@@ -505,7 +506,6 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   const int total_rows = matrices.total_rows, row_stride = int(gridDim.x) * kGemvWarps;
   const int first_row = int(blockIdx.x) * kGemvWarps + warp;
   const bool has_rows = first_row < total_rows;
-  if (!kQuantizes && !has_rows) return;  // warps never synchronize with each other, but for the prologue
   const int n_units = n_in / kUnitElements<T>;
   const int steps_per_row = (n_units + kGemvUnits<T> - 1) / kGemvUnits<T>;
   const int n_steps = (total_rows - first_row + row_stride - 1) / row_stride * steps_per_row;
@@ -530,6 +530,10 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   if (has_rows) {
     for (int i = 0; i + 1 < kGemvStages; ++i) issue(i);
   }
+  // Only the weights (which nothing writes) are touched above: with a dependent launch they stream in while the
+  // kernel before this one finishes writing the activations.
+  wait_for_predecessor();
+  if (!kQuantizes && !has_rows) return;  // warps never synchronize with each other, but for the prologue
   // The activations, quantized here while the first steps' copies are in flight.
   const int8_t* __restrict__ xq = activations.q;
   const float* __restrict__ x_scale = activations.scale;
@@ -687,9 +691,8 @@ void launch_gemv(MatmulContext& ctx, const GemvMatrices& matrices, size_t row_by
   const int shared_bytes = kQuantizes ? gemv_quantized_bytes<T>(n_in, n_tokens) : 0;
   const int ctas = std::min((matrices.total_rows + kGemvWarps - 1) / kGemvWarps,
                             gemv_resident_ctas<T, kQuantizes>(shared_bytes));
-  gemv_int8_kernel<T, kQuantizes><<<unsigned(ctas), kGemvWarps * kWarp, size_t(shared_bytes), ctx.stream()>>>(
-      matrices, row_bytes, n_in, activations, n_tokens);
-  SPARROW_CUDA_CHECK_LAUNCH();
+  launch_dependent(gemv_int8_kernel<T, kQuantizes>, dim3(unsigned(ctas)), dim3(kGemvWarps * kWarp),
+                   size_t(shared_bytes), ctx.stream(), matrices, row_bytes, n_in, activations, n_tokens);
 }
 
 template <TensorType T>

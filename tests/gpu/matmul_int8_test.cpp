@@ -29,6 +29,8 @@
 
 #include "cuda/activations.h"
 #include "cuda/cuda_check.h"
+#include "cuda/dependent_launch.cuh"
+#include "cuda/elementwise.h"
 #include "formats/weight_formats.h"
 #include "formats/weight_int8.h"
 #include "gpu_test_util.h"
@@ -314,6 +316,38 @@ TEST(CudaMatmulInt8, SeveralMatricesInOneLaunchGiveTheBitsOfSeparateLaunches) {
       EXPECT_FALSE(std::isnan(p.back())) << tensor_type_name(type) << " matrix " << m;
     }
   }
+}
+
+// The decode GEMV is a dependent launch (dependent_launch.cuh): it starts streaming weights while the kernel
+// before it runs, and must still read the activations that kernel writes. Here that kernel is an add over a
+// quarter-gigabyte buffer whose last elements are the activations, so a GEMV that read them early would see the
+// zeros they start as.
+TEST(CudaMatmulInt8, DependentLaunchReadsWhatTheKernelBeforeItWrote) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  int device = 0, multiprocessors = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  const int64_t n_in = 2048, n_out = 3000, n_tokens = 1, n_buffer = int64_t(1) << 26;
+  const auto x = random_activations(n_in * n_tokens, 5);
+  const QuantizedActivations a = quantize(TensorType::Q8_0, x, n_in, n_tokens);
+  std::vector<float> addend(size_t(n_buffer), 0.0f);
+  std::copy(x.begin(), x.end(), addend.end() - int64_t(x.size()));
+  DeviceBuffer<float> buffer(std::vector<float>(size_t(n_buffer), 0.0f)), addend_dev(addend);
+  DeviceBuffer<int8_t> q_dev(a.q);
+  DeviceBuffer<float> scale_dev(a.scale), y_codes{size_t(n_out)}, y_floats{size_t(n_out)};
+  DeviceBuffer<uint8_t> w_dev(random_weights(TensorType::Q8_0, n_in, n_out, 6));
+  const WeightMatrix w{TensorType::Q8_0, w_dev.get(), n_in, n_out};
+  y_floats.poison();
+  matmul_int8(ctx, w, q_dev.get(), scale_dev.get(), nullptr, n_tokens, y_codes.get());
+  add(LaunchTarget{stream.get(), multiprocessors}, buffer.get(), addend_dev.get(), n_buffer);
+  const MatmulTarget target{w, y_floats.get()};
+  matmul_int8(ctx, std::span(&target, 1), buffer.get() + (n_buffer - n_in * n_tokens), n_tokens);
+  stream.sync();
+  const auto want = y_codes.read(), got = y_floats.read();
+  EXPECT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0)
+      << "dependent launches " << (dependent_launch_enabled() ? "on" : "off");
 }
 
 // From the reference's codes, from the device quantizer's, and through cuda::matmul (the backend's entry, which

@@ -4,6 +4,7 @@
 // block-cooperative (src/cuda/kv/device_codec.cuh) and work on shared memory.
 #include <cstdint>
 
+#include "cuda/dependent_launch.cuh"
 #include "cuda/device_position.h"
 #include "cuda/kv/device_codec.cuh"
 
@@ -53,6 +54,7 @@ template <formats::KvCodec V>
 __global__ void __launch_bounds__(kThreads)
     merge_kernel(const float* partial_acc, const float2* partial_state, int32_t n_splits, int64_t n_rows,
                  int32_t head_dim, int32_t v_floats, float* out) {
+  allow_dependents();  // the decode GEMV after it may start streaming its weights
   extern __shared__ float4 smem_quads[];
   float* acc = reinterpret_cast<float*>(smem_quads);
   float* result = acc + v_floats;
