@@ -43,8 +43,8 @@ struct BenchOptions {
   std::vector<int32_t> prompt_sizes{512};
   std::vector<int32_t> generate_sizes{128};
   std::vector<int32_t> depths{0};
-  std::vector<std::string> cache_types_k{"f16"};
-  std::vector<std::string> cache_types_v{"f16"};
+  std::vector<std::string> cache_types_k{"auto"};
+  std::vector<std::string> cache_types_v{"auto"};
   std::vector<std::string> kv_pairs;  // --kv K/V,...: explicit pairs instead of the -ctk x -ctv cross product
   std::vector<float> kv_bits;         // --kv-bits B,...: configurations chosen by size, after the pairs
   int32_t repetitions = 3;

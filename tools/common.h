@@ -29,8 +29,8 @@ struct ModelOptions {
   int32_t threads = 0;
   int32_t n_ctx = 0;
   int32_t n_batch = 512;
-  std::string cache_type_k = "f16";
-  std::string cache_type_v = "f16";
+  std::string cache_type_k = "auto";  // the kernel decisions' pair per layer (docs/kernel-decisions.md)
+  std::string cache_type_v = "auto";
   std::string kv_layers;  // --kv-layers "0-3:q8_0/tbq4"
   float kv_bits = 0;      // --kv-bits 4.5
   std::string center_keys = "auto";

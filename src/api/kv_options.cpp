@@ -58,11 +58,16 @@ KvLayerOverride parse_override(const std::string& entry) {
 formats::KvCodec parse_kv_codec_option(const std::string& name, const char* option, bool for_values) {
   const std::optional<KvCodec> codec = formats::parse_kv_codec(name);
   if (!codec)
-    throw Error(std::string(option) + ": unknown KV cache codec '" + name + "' (expected one of " +
+    throw Error(std::string(option) + ": unknown KV cache codec '" + name + "' (expected auto or one of " +
                 codec_names(for_values) + ")");
   if (for_values && kv_codec_info(*codec).keys_only)
     throw Error(std::string(option) + ": " + name + " stores keys only; V needs one of " + codec_names(true));
   return *codec;
+}
+
+std::optional<KvCodec> parse_kv_codec_choice(const std::string& name, const char* option, bool for_values) {
+  if (name == "auto") return std::nullopt;
+  return parse_kv_codec_option(name, option, for_values);
 }
 
 std::vector<KvLayerOverride> parse_kv_layers(const std::string& spec) {

@@ -95,8 +95,8 @@ sparrow::SessionOptions session_options(const sparrow_context_params& params) {
   o.n_ctx = params.n_ctx;
   o.n_threads = params.n_threads;
   o.n_batch = params.n_batch;
-  o.k_codec = sparrow::parse_kv_codec_option(params.cache_type_k ? params.cache_type_k : "f16", "cache_type_k", false);
-  o.v_codec = sparrow::parse_kv_codec_option(params.cache_type_v ? params.cache_type_v : "f16", "cache_type_v", true);
+  o.k_codec = sparrow::parse_kv_codec_choice(params.cache_type_k ? params.cache_type_k : "auto", "cache_type_k", false);
+  o.v_codec = sparrow::parse_kv_codec_choice(params.cache_type_v ? params.cache_type_v : "auto", "cache_type_v", true);
   if (params.kv_layers) o.kv_layers = sparrow::parse_kv_layers(params.kv_layers);
   o.center_keys = params.kv_center_keys < 0    ? sparrow::KeyCentering::Auto
                   : params.kv_center_keys == 0 ? sparrow::KeyCentering::Off
@@ -206,8 +206,8 @@ sparrow_context_params sparrow_context_default_params(void) {
   p.n_ctx = 0;
   p.n_threads = 0;
   p.n_batch = 512;
-  p.cache_type_k = "f16";
-  p.cache_type_v = "f16";
+  p.cache_type_k = "auto";
+  p.cache_type_v = "auto";
   p.kv_layers = nullptr;
   p.kv_center_keys = -1;
   p.kv_bits = 0;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kv/kv_presets.h"
+#include "runtime/kv_auto.h"
 #include "runtime/sequence_state.h"
 #include "util/error.h"
 
@@ -31,10 +32,11 @@ std::unique_ptr<KvCache> make_sequence_cache(Backend& backend, const ModelConfig
   kv.n_ctx = sizes.n_ctx;
   kv.n_batch = sizes.n_batch;
   kv.sliding_window = c.sliding_window;
-  kv.k_codec = options.k_codec;
-  kv.v_codec = options.v_codec;
+  kv.k_codec = options.k_codec.value_or(formats::KvCodec::F16);
+  kv.v_codec = options.v_codec.value_or(formats::KvCodec::F16);
   kv.layers = options.kv_layers;
   kv.center_keys = options.center_keys;
+  apply_kv_auto(shapes, backend.name(), options.k_codec, options.v_codec, kv);
   if (options.kv_bits > 0) apply_kv_bits(shapes, options.kv_bits, kv);
   return std::make_unique<KvCache>(backend, std::move(shapes), kv);
 }

@@ -3,6 +3,7 @@
 // last decode.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,8 +20,8 @@ struct SessionOptions {
   int32_t n_ctx = 0;     // 0: min(training context, 4096)
   int32_t n_threads = 0;
   int32_t n_batch = 512;
-  formats::KvCodec k_codec = formats::KvCodec::F16;
-  formats::KvCodec v_codec = formats::KvCodec::F16;
+  // Empty: auto, each layer's codec from the kernel decisions for the backend and head dim (runtime/kv_auto.h).
+  std::optional<formats::KvCodec> k_codec, v_codec;
   std::vector<KvLayerOverride> kv_layers;
   double kv_bits = 0;  // > 0: the best measured KV configuration of at most this many bits per element
                        // (kv/kv_presets.h), in place of k_codec, v_codec and kv_layers
@@ -41,7 +42,8 @@ struct SessionSizes {
 };
 // The backend a session runs on (options.make_backend, or the model's device's).
 std::unique_ptr<Backend> make_session_backend(const Model& model, const SessionOptions& options);
-// One sequence's KV cache with options' codecs, centering and per-layer overrides.
+// One sequence's KV cache with options' codecs (auto ones resolved for this backend), centering and per-layer
+// overrides.
 std::unique_ptr<KvCache> make_sequence_cache(Backend& backend, const ModelConfig& c, const SessionOptions& options,
                                              const SessionSizes& sizes);
 

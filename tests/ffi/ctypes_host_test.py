@@ -209,7 +209,7 @@ class CtypesHost(unittest.TestCase):
         # The defaults sparrow.h documents, read through the mirrored layouts: a field out of place reads garbage.
         c = self.lib.sparrow_context_default_params()
         self.assertEqual((c.n_ctx, c.n_threads, c.n_batch), (0, 0, 512))
-        self.assertEqual((c.cache_type_k, c.cache_type_v, c.kv_layers), (b"f16", b"f16", None))
+        self.assertEqual((c.cache_type_k, c.cache_type_v, c.kv_layers), (b"auto", b"auto", None))
         self.assertEqual((c.kv_center_keys, c.decode_graphs, c.kv_bits), (-1, 1, 0.0))
         m = self.lib.sparrow_model_default_params()
         self.assertEqual((m.device, m.n_gpu_layers, m.progress_user), (b"cpu", 0, None))

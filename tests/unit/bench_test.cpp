@@ -104,15 +104,15 @@ TEST(Bench, PromptLongerThanTheBatchRefillsInsteadOfRewinding) {
   ASSERT_FALSE(j.is_null());
   const auto rows = rows_by_key(j);
   EXPECT_EQ(rows.size(), 4u);
-  EXPECT_TRUE(rows.count({"f16/f16", "pp32", 20}));
-  EXPECT_TRUE(rows.count({"f16/f16", "tg3", 20}));
+  EXPECT_TRUE(rows.count({"auto/auto", "pp32", 20}));  // no -ctk/-ctv/--kv: the default, auto
+  EXPECT_TRUE(rows.count({"auto/auto", "tg3", 20}));
 }
 
 TEST(Bench, PrintsATableRowPerResult) {
   auto r = run_sparrow("bench -m " + tiny_model() + " -t 2 -r 1 -p 8 -n 2 -d 0,16");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.out.find("| f16/f16     | pp8     |       0 |"), std::string::npos) << r.out;
-  EXPECT_NE(r.out.find("| f16/f16     | tg2     |      16 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| auto/auto   | pp8     |       0 |"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("| auto/auto   | tg2     |      16 |"), std::string::npos) << r.out;
 }
 
 // A failed command: exit 1, and a one-line error naming `needle`.
