@@ -27,6 +27,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("--kv-center-keys", o.center_keys,
                  "subtract the sequence's mean key before encoding (softmax-invariant): auto (low-bit K codecs), on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd.add_option("--kv-balance-keys", o.balance_keys,
+                 "store keys scaled per RoPE pair, queries divided alike (scores unchanged): auto (low-bit K codecs), "
+                 "on, off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   auto* layers = cmd.add_option("--kv-layers", o.kv_layers,
                                  "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" or \"global:q8_0/tbq4\" (layers:K/V)");
   cmd.add_option("--kv-bits", o.kv_bits,
@@ -139,6 +143,7 @@ sparrow_context_params context_params(const ModelOptions& o) {
   p.cache_type_v = o.cache_type_v.c_str();
   p.kv_layers = o.kv_layers.c_str();
   p.kv_center_keys = o.center_keys == "auto" ? -1 : o.center_keys == "on" ? 1 : 0;
+  p.kv_balance_keys = o.balance_keys == "auto" ? -1 : o.balance_keys == "on" ? 1 : 0;
   p.decode_graphs = o.device.graphs == "on";
   p.kv_bits = o.kv_bits;
   return p;

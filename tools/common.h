@@ -34,6 +34,7 @@ struct ModelOptions {
   std::string kv_layers;  // --kv-layers "0-3:q8_0/tbq4"
   float kv_bits = 0;      // --kv-bits 4.5
   std::string center_keys = "auto";
+  std::string balance_keys = "auto";
 };
 
 struct SamplingOptions {

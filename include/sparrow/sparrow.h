@@ -86,6 +86,9 @@ typedef struct sparrow_context_params {
   float kv_bits;            /* > 0: the best measured KV configuration of at most this many bits per cached element
                                on this model, in place of cache_type_k/v and kv_layers (the KV summary says which);
                                0 (default): those fields */
+  int32_t kv_balance_keys;  /* -1 (default): keys stored scaled per RoPE pair and queries divided alike (scores
+                               unchanged, low-bit key error where queries look less) for Sparrow's low-bit K
+                               codecs, not for f32/f16/bf16/q8_0/q4_0; 1: always; 0: never (docs/kv-cache.md) */
 } sparrow_context_params;
 
 sparrow_context_params sparrow_context_default_params(void);

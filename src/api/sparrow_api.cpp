@@ -101,6 +101,9 @@ sparrow::SessionOptions session_options(const sparrow_context_params& params) {
   o.center_keys = params.kv_center_keys < 0    ? sparrow::KeyCentering::Auto
                   : params.kv_center_keys == 0 ? sparrow::KeyCentering::Off
                                                : sparrow::KeyCentering::On;
+  o.balance_keys = params.kv_balance_keys < 0    ? sparrow::KeyBalancing::Auto
+                   : params.kv_balance_keys == 0 ? sparrow::KeyBalancing::Off
+                                                 : sparrow::KeyBalancing::On;
   o.record_decode = params.decode_graphs != 0;
   if (!(params.kv_bits >= 0)) throw sparrow::Error("kv_bits must be 0 (off) or a positive number of bits");
   o.kv_bits = params.kv_bits;
@@ -210,6 +213,7 @@ sparrow_context_params sparrow_context_default_params(void) {
   p.cache_type_v = "auto";
   p.kv_layers = nullptr;
   p.kv_center_keys = -1;
+  p.kv_balance_keys = -1;
   p.kv_bits = 0;
   p.decode_graphs = 1;
   return p;

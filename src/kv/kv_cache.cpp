@@ -78,14 +78,23 @@ double kv_bits_per_element(const std::vector<KvLayerShape>& layers, const KvCach
 
 namespace {
 
+// llama.cpp's own codecs: stored exactly as llama.cpp stores them unless asked otherwise.
+bool stock_codec(KvCodec codec) {
+  switch (codec) {
+    case KvCodec::F32: case KvCodec::F16: case KvCodec::BF16: case KvCodec::Q8_0: case KvCodec::Q4_0: return true;
+    default: return false;
+  }
+}
+
 // Keys have a large common component (in Gemma 3 270M, 30-75% of their energy is the mean key of the
 // sequence); removing it before a low-bit codec quantizes them cut the mean KLD of tbq4 against f16 2.3x.
 bool centers_keys(KeyCentering mode, KvCodec k_codec) {
-  if (mode != KeyCentering::Auto) return mode == KeyCentering::On;
-  switch (k_codec) {
-    case KvCodec::F32: case KvCodec::F16: case KvCodec::BF16: case KvCodec::Q8_0: case KvCodec::Q4_0: return false;
-    default: return true;
-  }
+  return mode == KeyCentering::Auto ? !stock_codec(k_codec) : mode == KeyCentering::On;
+}
+
+// Balancing halved the mean KLD of tbq4, tbq3 and tcq3 keys on Gemma 3 270M (docs/kv-quality.md).
+bool balances_keys(KeyBalancing mode, KvCodec k_codec) {
+  return mode == KeyBalancing::Auto ? !stock_codec(k_codec) : mode == KeyBalancing::On;
 }
 
 // Refuses, before allocating anything, a cache larger than the memory the backend allocates from.
@@ -107,7 +116,11 @@ std::string mib(double bytes) {
 }  // namespace
 
 KvCache::KvCache(Backend& backend, std::vector<KvLayerShape> layers, const KvCacheOptions& options)
-    : backend_(backend), layers_(std::move(layers)), options_(options), views_(layers_.size()) {
+    : backend_(backend),
+      layers_(std::move(layers)),
+      options_(options),
+      views_(layers_.size()),
+      balanced_(layers_.size(), false) {
   if (options.n_ctx <= 0 || options.n_batch <= 0) throw Error("KV cache: n_ctx and n_batch must be positive");
   const auto codecs = layer_codecs(layers_, options);
   double total = 0;
@@ -134,6 +147,7 @@ KvCache::KvCache(Backend& backend, std::vector<KvLayerShape> layers, const KvCac
     const size_t v_bytes = size_t(v.capacity) * l.n_kv_heads * block_bytes(v.v_codec, l.head_dim);
     v.k = backend.alloc_bytes(k_bytes);
     if (centers_keys(options.center_keys, v.k_codec)) v.k_center = backend.alloc(size_t(l.n_kv_heads) * l.head_dim);
+    balanced_[il] = balances_keys(options.balance_keys, v.k_codec);
     v.v = backend.alloc_bytes(v_bytes);
     bytes_ += k_bytes + v_bytes;
   }
@@ -230,7 +244,7 @@ std::string KvCache::summary() const {
     kind.bytes += double(v.capacity) * v.n_kv_heads *
                   double(block_bytes(v.k_codec, v.head_dim) + block_bytes(v.v_codec, v.head_dim));
     ++kind.codecs[std::string(kv_codec_info(v.k_codec).name) + "/" + std::string(kv_codec_info(v.v_codec).name) +
-                  (v.k_center ? " centered K" : "")];
+                  (v.k_center ? " centered K" : "") + (balanced_[il] ? " balanced K" : "")];
   }
   std::ostringstream out;
   if (!options_.chosen_by.empty()) out << options_.chosen_by << "\n";
@@ -285,6 +299,7 @@ void KvCache::save(std::ostream& out, int32_t n_past) const {
     binary::write(out, v.n_kv_heads);
     const int64_t first = std::max<int64_t>(0, n_past - v.capacity);
     binary::write(out, first);
+    binary::write(out, uint8_t(balanced_[il]));
     binary::write(out, uint8_t(v.k_center != nullptr));
     if (v.k_center) {
       std::vector<float> center(size_t(v.n_kv_heads) * v.head_dim);
@@ -324,6 +339,10 @@ void KvCache::restore(std::istream& in, int32_t n_past) {
     const auto first = binary::read<int64_t>(in, "a layer's first position");
     if (first < 0 || first > n_past) throw Error(layer + ": first saved position " + std::to_string(first) +
                                                  " is outside the " + std::to_string(n_past) + " saved tokens");
+    const bool balanced = binary::read<uint8_t>(in, "a layer's key balancing") != 0;
+    if (balanced != balanced_[il])
+      throw Error(layer + ": saved with key balancing " + (balanced ? "on" : "off") + ", this cache has it " +
+                  (balanced_[il] ? "on" : "off"));
     const bool centered = binary::read<uint8_t>(in, "a layer's key centering") != 0;
     if (centered != (v.k_center != nullptr))
       throw Error(layer + ": saved with key centering " + (centered ? "on" : "off") + ", this cache has it " +

@@ -45,6 +45,13 @@ enum class KeyCentering : int8_t { Auto, On, Off };
 // a handful of keys is no estimate of the sequence's common component.
 constexpr int64_t kKeyCenterMinTokens = 8;
 
+// Key balancing per layer: keys are stored scaled per RoPE pair, and queries divided by the same scale, so that
+// every score is unchanged while the codec's error (about the same in every direction of a rotated codec) lands
+// less where queries look. The model chooses the scales from its norm gains and applies both through them
+// (model/key_balance.h); the cache only says, per layer, whether its keys are balanced. Auto balances the keys
+// of Sparrow's low-bit K codecs, as KeyCentering::Auto centers them.
+enum class KeyBalancing : int8_t { Auto, On, Off };
+
 struct KvCacheOptions {
   int32_t n_ctx = 4096;   // positions the cache must hold
   int32_t n_batch = 512;  // most tokens written by one forward pass (sizes the sliding rings)
@@ -53,6 +60,7 @@ struct KvCacheOptions {
   formats::KvCodec v_codec = formats::KvCodec::F16;
   std::vector<KvLayerOverride> layers;  // applied in order over k_codec/v_codec: later entries win
   KeyCentering center_keys = KeyCentering::Auto;
+  KeyBalancing balance_keys = KeyBalancing::Auto;
   std::string chosen_by;  // how the codecs were chosen (--kv-bits), shown first by KvCache::summary; "" if given
 };
 
@@ -71,6 +79,9 @@ class KvCache {
 
   // The cache a layer reads (its own, or its source layer's).
   const KvLayerView& layer(int32_t il) const { return views_[layers_[il].kv_source]; }
+  // Whether the keys layer il reads are balanced (KeyBalancing): then its keys must be stored, and its queries
+  // formed, with the balanced norm gains.
+  bool balanced_keys(int32_t il) const { return balanced_[size_t(layers_[il].kv_source)]; }
   // Writes K and V rows ([n_tokens][n_kv_heads][head_dim], backend memory) of layer il for positions
   // first_position... At the start of a sequence it first sets the layer's key center: the mean key of the
   // batch without position 0 (the attention sink, whose key is far from the rest), or zero for a short batch.
@@ -115,6 +126,7 @@ class KvCache {
   std::vector<KvLayerShape> layers_;
   KvCacheOptions options_;
   std::vector<KvLayerView> views_;  // indexed by layer; empty views for layers that do not own KV
+  std::vector<bool> balanced_;      // indexed by layer: KeyBalancing's choice for the layers that own KV
   size_t bytes_ = 0;
   int64_t end_ = 0;            // one past the furthest position stored since the last reset
   int64_t restored_from_ = 0;  // the oldest position a restore() put into every ring (0: none restored)

@@ -162,12 +162,13 @@ void GemmaForward::attention(int32_t il, int32_t n) {
   for (const Placed& p : runs_) {
     const SequenceRun& r = p.run;
     float* q = q_ + p.first_token * q_width;
-    backend_.rms_norm_rope(q, w.attn_q_norm, config_.rms_eps, r.n_tokens, config_.n_heads, d, r.first_position,
-                           rope);
+    const bool balanced = r.cache->balanced_keys(il);  // model/key_balance.h: the same scores, other gains
+    backend_.rms_norm_rope(q, balanced ? w.attn_q_norm_balanced : w.attn_q_norm, config_.rms_eps, r.n_tokens,
+                           config_.n_heads, d, r.first_position, rope);
     if (l.owns_kv) {
       float* k = k_ + p.first_token * kv_width;
-      backend_.rms_norm_rope(k, w.attn_k_norm, config_.rms_eps, r.n_tokens, l.n_kv_heads, d, r.first_position,
-                             rope);
+      backend_.rms_norm_rope(k, balanced ? w.attn_k_norm_balanced : w.attn_k_norm, config_.rms_eps, r.n_tokens,
+                             l.n_kv_heads, d, r.first_position, rope);
       r.cache->store(il, k, v_ + p.first_token * kv_width, r.n_tokens, r.first_position);
     }
     AttentionArgs args;

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "formats/weight_formats.h"
+#include "model/key_balance.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -21,10 +22,9 @@ class Binder {
     const gguf::TensorInfo* t = file_.find_tensor(name);
     return t ? store_.place(as_matrix(*t, n_in, n_out), on_device_) : WeightMatrix{};
   }
-  const float* vector(const std::string& name, int64_t n) const {
-    const std::vector<float> host = as_vector(file_.tensor(name), n);
-    return store_.place_floats(host.data(), host.size());
-  }
+  const float* vector(const std::string& name, int64_t n) const { return place(host_vector(name, n)); }
+  std::vector<float> host_vector(const std::string& name, int64_t n) const { return as_vector(file_.tensor(name), n); }
+  const float* place(const std::vector<float>& host) const { return store_.place_floats(host.data(), host.size()); }
   // A vector the host reads (scalars such as layer_output_scale); empty when absent.
   std::vector<float> optional_host_vector(const std::string& name, int64_t n) const {
     const gguf::TensorInfo* t = file_.find_tensor(name);
@@ -85,6 +85,24 @@ LayerWeights bind_layer(const Binder& b, const ModelConfig& c, int il) {
   return w;
 }
 
+// The balanced query and key gains of layer il (key_balance.h), from the balance of the layer whose cache it
+// reads (an earlier layer, already in `balance`, for a KV-shared layer).
+void bind_balanced_gains(const Binder& b, const ModelConfig& c, int il, std::vector<std::vector<float>>& balance,
+                         LayerWeights& w) {
+  const LayerConfig& l = c.layers[il];
+  const std::vector<float> q_gain = b.host_vector(blk(il, "attn_q_norm"), l.head_dim);
+  if (l.owns_kv) {
+    const std::vector<float> k_gain = b.host_vector(blk(il, "attn_k_norm"), l.head_dim);
+    balance[size_t(il)] = key_balance(q_gain, k_gain);
+    w.attn_k_norm_balanced = b.place(scaled_gain(k_gain, balance[size_t(il)], false));
+  }
+  const std::vector<float>& source = balance[size_t(l.kv_source)];
+  if (source.size() != q_gain.size())
+    throw Error("layer " + std::to_string(il) + " reads the KV cache of layer " + std::to_string(l.kv_source) +
+                ", whose head dim differs");
+  w.attn_q_norm_balanced = b.place(scaled_gain(q_gain, source, true));
+}
+
 }  // namespace
 
 size_t ModelWeights::bytes_read_per_token() const {
@@ -117,9 +135,11 @@ ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c, We
     w.per_layer_model_proj = b.matrix("per_layer_model_proj.weight", c.n_embd, ple_width);
     w.per_layer_proj_norm = b.vector("per_layer_proj_norm.weight", c.n_embd_per_layer);
   }
+  std::vector<std::vector<float>> balance(size_t(c.n_layer));  // per layer that owns KV
   for (int il = 0; il < c.n_layer; ++il) {
     b.place_on_device(il < n_gpu_layers);
     w.layers.push_back(bind_layer(b, c, il));
+    bind_balanced_gains(b, c, il, balance, w.layers.back());
     if (progress) progress(float(il + 1) / c.n_layer);
   }
   return w;

@@ -16,6 +16,10 @@ struct LayerWeights {
   const float* attn_norm = nullptr;
   const float* attn_q_norm = nullptr;
   const float* attn_k_norm = nullptr;  // null on KV-shared layers
+  // The same gains for balanced keys (model/key_balance.h): the query's divided by the balance of the layer whose
+  // cache this layer reads, the key's multiplied by its own.
+  const float* attn_q_norm_balanced = nullptr;
+  const float* attn_k_norm_balanced = nullptr;  // null on KV-shared layers
   const float* post_attention_norm = nullptr;
   const float* ffn_norm = nullptr;
   const float* post_ffw_norm = nullptr;

@@ -13,7 +13,7 @@ namespace sparrow {
 namespace {
 
 constexpr std::array<char, 8> kMagic = {'S', 'P', 'R', 'W', 'S', 'E', 'Q', '\0'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: each layer says whether its keys are balanced
 
 }  // namespace
 

@@ -26,6 +26,7 @@ struct SessionOptions {
   double kv_bits = 0;  // > 0: the best measured KV configuration of at most this many bits per element
                        // (kv/kv_presets.h), in place of k_codec, v_codec and kv_layers
   KeyCentering center_keys = KeyCentering::Auto;
+  KeyBalancing balance_keys = KeyBalancing::Auto;
   // Decode steps recorded and replayed by the backend (CUDA graphs on a GPU; Backend::begin_pass).
   bool record_decode = true;
   // The backend the session runs on; empty: the model's device's (runtime/backends.h). It must work with the

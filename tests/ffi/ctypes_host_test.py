@@ -51,7 +51,7 @@ class ModelParams(ctypes.Structure):
 class ContextParams(ctypes.Structure):
     _fields_ = [("n_ctx", c_int32), ("n_threads", c_int32), ("n_batch", c_int32), ("cache_type_k", c_char_p),
                 ("cache_type_v", c_char_p), ("kv_layers", c_char_p), ("kv_center_keys", c_int32),
-                ("decode_graphs", c_int32), ("kv_bits", c_float)]
+                ("decode_graphs", c_int32), ("kv_bits", c_float), ("kv_balance_keys", c_int32)]
 
 
 class SamplerParams(ctypes.Structure):
@@ -210,7 +210,7 @@ class CtypesHost(unittest.TestCase):
         c = self.lib.sparrow_context_default_params()
         self.assertEqual((c.n_ctx, c.n_threads, c.n_batch), (0, 0, 512))
         self.assertEqual((c.cache_type_k, c.cache_type_v, c.kv_layers), (b"auto", b"auto", None))
-        self.assertEqual((c.kv_center_keys, c.decode_graphs, c.kv_bits), (-1, 1, 0.0))
+        self.assertEqual((c.kv_center_keys, c.decode_graphs, c.kv_bits, c.kv_balance_keys), (-1, 1, 0.0, -1))
         m = self.lib.sparrow_model_default_params()
         self.assertEqual((m.device, m.n_gpu_layers, m.progress_user), (b"cpu", 0, None))
 

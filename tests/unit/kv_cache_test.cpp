@@ -145,7 +145,7 @@ TEST_F(CacheFixture, SizesFollowCodecsWindowsAndSharing) {
   EXPECT_NE(summary.find("global: 1 layers"), std::string::npos) << summary;
   EXPECT_NE(summary.find("shared: 2 layers"), std::string::npos) << summary;
   EXPECT_NE(summary.find("q8_0/f16 x1"), std::string::npos) << summary;
-  EXPECT_NE(summary.find("tbq4/tbq3 centered K x2"), std::string::npos) << summary;
+  EXPECT_NE(summary.find("tbq4/tbq3 centered K balanced K x2"), std::string::npos) << summary;
 }
 
 TEST_F(CacheFixture, KindOverridesSetEveryOwningLayerOfTheirKindInOrder) {
@@ -193,6 +193,29 @@ TEST_F(CacheFixture, KeysAreCenteredForLowBitCodecsUnlessToldOtherwise) {
   {
     KvCache cache(*backend, layers, o);
     EXPECT_NE(cache.layer(1).k_center, nullptr);
+  }
+}
+
+TEST_F(CacheFixture, KeysAreBalancedForLowBitCodecsUnlessToldOtherwise) {
+  KvCacheOptions o = options();
+  o.k_codec = KvCodec::TBQ4;
+  o.layers = parse_kv_layers("1:q8_0/f16,2:q4_0");
+  {
+    KvCache cache(*backend, layers, o);
+    EXPECT_TRUE(cache.balanced_keys(0));
+    EXPECT_FALSE(cache.balanced_keys(1));  // llama.cpp's codecs stay as llama.cpp stores them
+    EXPECT_FALSE(cache.balanced_keys(2));
+    EXPECT_NE(cache.summary().find("balanced K"), std::string::npos) << cache.summary();
+  }
+  o.balance_keys = KeyBalancing::Off;
+  {
+    KvCache cache(*backend, layers, o);
+    EXPECT_FALSE(cache.balanced_keys(0));
+  }
+  o.balance_keys = KeyBalancing::On;
+  {
+    KvCache cache(*backend, layers, o);
+    EXPECT_TRUE(cache.balanced_keys(1));
   }
 }
 
@@ -348,6 +371,10 @@ TEST_F(SaveRestore, MismatchesAndShortInputAreClearErrors) {
   uncentered.center_keys = KeyCentering::Off;
   KvCache no_centers(*backend, layers, uncentered);
   expect_error(no_centers, bytes, "key centering on, this cache has it off");
+  KvCacheOptions unbalanced = sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16);
+  unbalanced.balance_keys = KeyBalancing::Off;
+  KvCache no_balance(*backend, layers, unbalanced);
+  expect_error(no_balance, bytes, "key balancing on, this cache has it off");
   KvCache same(*backend, layers, sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16));
   // The last two bytes are the KV-shared layers' flags; three bytes short ends in layer 3's V blocks.
   expect_error(same, bytes.substr(0, bytes.size() - 3), "file ends inside KV blocks");
@@ -560,6 +587,41 @@ TEST_F(KvCli, PrefillAndDecodeAgreeForEveryCompressedLayout) {
     sparrow_context_free(batch);
     sparrow_context_free(step);
   }
+  sparrow_model_free(model);
+}
+
+// Balanced keys leave every score unchanged (model/key_balance.h): with f32 KV, which stores what it is given,
+// balancing on and off give the same logits up to rounding (the gains' last bits, which the 8-bit activation
+// groups of the quantized matrices after attention can amplify; the project's float budget, 1e-3 of max |logit|).
+TEST_F(KvCli, BalancedKeysLeaveTheLogitsAsTheyWere) {
+  sparrow_model* model = sparrow_model_load(model_->c_str(), nullptr, nullptr);
+  ASSERT_NE(model, nullptr) << sparrow_last_error();
+  const int32_t n_vocab = sparrow_model_n_vocab(model);
+  std::vector<sparrow_token> tokens;
+  for (int i = 0; i < 24; ++i) tokens.push_back(2 + (i * 53) % (n_vocab - 2));
+  sparrow_context* runs[2] = {};
+  for (int balanced : {0, 1}) {
+    sparrow_context_params p = sparrow_context_default_params();
+    p.n_ctx = 64;
+    p.n_threads = 2;
+    p.cache_type_k = p.cache_type_v = "f32";
+    p.kv_balance_keys = balanced;
+    runs[balanced] = sparrow_context_new(model, p);
+    ASSERT_NE(runs[balanced], nullptr) << sparrow_last_error();
+    ASSERT_EQ(sparrow_decode(runs[balanced], tokens.data(), int32_t(tokens.size()), 1), 0);
+  }
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    const float* a = sparrow_get_logits(runs[0], int32_t(i));
+    const float* b = sparrow_get_logits(runs[1], int32_t(i));
+    float max_abs = 0, max_diff = 0;
+    for (int32_t v = 0; v < n_vocab; ++v) {
+      max_abs = std::max(max_abs, std::fabs(a[v]));
+      max_diff = std::max(max_diff, std::fabs(a[v] - b[v]));
+    }
+    ASSERT_GT(max_abs, 0.0f);
+    ASSERT_LE(max_diff, 1e-3f * max_abs) << "position " << i;
+  }
+  for (sparrow_context* c : runs) sparrow_context_free(c);
   sparrow_model_free(model);
 }
 
