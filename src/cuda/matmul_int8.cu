@@ -710,7 +710,9 @@ void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const Gem
     }
     return launch_gemv<T, true>(ctx, matrices, row_bytes, n_in, activations, int(n_tokens));
   }
-  if (n_tokens <= kMaxGemvTokens) return launch_gemv<T, false>(ctx, matrices, row_bytes, n_in, activations, int(n_tokens));
+  if (n_tokens <= kMaxGemvTokens) {
+    return launch_gemv<T, false>(ctx, matrices, row_bytes, n_in, activations, int(n_tokens));
+  }
   require_sm80<T>();
   for (const MatmulTarget& t : targets) {
     const dim3 grid(unsigned((t.w.n_out + kTileRows - 1) / kTileRows),

@@ -19,8 +19,8 @@ namespace sparrow::cuda {
 // aligned): the codes q[32 u ..], each group's scale[g], each unit's sum32[u] (formats::activation_sum32) and
 // the values scale * code into rounded.
 template <formats::ActivationFormat F>
-__device__ __forceinline__ void quantize_units(const float* __restrict__ x, int64_t n_units, const ActivationOutputs& out,
-                                               int64_t thread, int64_t n_threads) {
+__device__ __forceinline__ void quantize_units(const float* __restrict__ x, int64_t n_units,
+                                               const ActivationOutputs& out, int64_t thread, int64_t n_threads) {
   constexpr int kLanesPerGroup = formats::activation_group(F) / 32;
   static_assert(kLanesPerGroup >= 1 && 32 % kLanesPerGroup == 0, "a group's units share one warp");
   for (int64_t base = 0; base < n_units; base += n_threads) {  // the same trip count in every lane
