@@ -450,7 +450,8 @@ TEST(KvBits, PicksTheFirstPresetThatFitsAndSaysSo) {
   EXPECT_NE(chosen(16).find(": f16,"), std::string::npos) << chosen(16);
   EXPECT_NE(chosen(8.5).find(": q8_0,"), std::string::npos) << chosen(8.5);
   EXPECT_NE(chosen(4.5).find(": tbq4, q8_0 K on global layers"), std::string::npos) << chosen(4.5);
-  EXPECT_NE(chosen(4.2).find(": tbq4 K, tbq3 V, q8_0 K on global layers"), std::string::npos) << chosen(4.2);
+  EXPECT_NE(chosen(4.2).find(": tbq4,"), std::string::npos) << chosen(4.2);
+  EXPECT_NE(chosen(4.0).find(": tbq4 K, tbq3 V, q8_0 K on global layers"), std::string::npos) << chosen(4.0);
   EXPECT_NE(chosen(3.6).find(": tcq3, q8_0 K on global layers"), std::string::npos) << chosen(3.6);
   EXPECT_NE(chosen(3.2).find(": tcq3,"), std::string::npos) << chosen(3.2);
   try {
@@ -464,7 +465,7 @@ TEST(KvBits, PicksTheFirstPresetThatFitsAndSaysSo) {
   auto all_sliding = layers;
   for (KvLayerShape& l : all_sliding) l.sliding = true;
   KvCacheOptions o;
-  EXPECT_NE(apply_kv_bits(all_sliding, 4.5, o).find(": tbq4 K, tbq3 V,"), std::string::npos) << o.chosen_by;
+  EXPECT_NE(apply_kv_bits(all_sliding, 4.5, o).find(": tbq4,"), std::string::npos) << o.chosen_by;
 }
 
 TEST_F(CacheFixture, UnsupportedHeadDimIsAClearError) {
