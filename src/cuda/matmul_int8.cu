@@ -588,20 +588,22 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   }
 }
 
-// CTAs of gemv_int8_kernel<T, kQuantizes> with `shared_bytes` of dynamic shared memory (a multiple of 16, at most
-// kMaxGemvQuantizedBytes) that the current device keeps resident at once: the most one launch needs.
+// CTAs of gemv_int8_kernel<T, kQuantizes> with up to `shared_bytes` of dynamic shared memory (at most
+// kMaxGemvQuantizedBytes) that the current device keeps resident at once: the most one launch needs. Asked once
+// per device and KiB of shared memory (rounded up, so that the answer holds for every size in that KiB).
 template <TensorType T, bool kQuantizes>
 int gemv_resident_ctas(int shared_bytes) {
-  constexpr int kMaxDevices = 64, kSizes = kMaxGemvQuantizedBytes / 16 + 1;
+  constexpr int kMaxDevices = 16, kKiB = 1024, kSizes = kMaxGemvQuantizedBytes / kKiB + 1;
   static std::atomic<int> known[kMaxDevices][kSizes];
   int device = 0;
   SPARROW_CUDA_CHECK(cudaGetDevice(&device));
   if (device >= kMaxDevices) throw Error("cuda::matmul_int8: device ordinal " + std::to_string(device) + " too large");
-  std::atomic<int>& cached = known[device][shared_bytes / 16];
+  const int kib = (shared_bytes + kKiB - 1) / kKiB;
+  std::atomic<int>& cached = known[device][kib];
   if (const int n = cached.load(std::memory_order_relaxed); n > 0) return n;
   int per_sm = 0, sms = 0;
   SPARROW_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kQuantizes>,
-                                                                   kGemvWarps * kWarp, size_t(shared_bytes)));
+                                                                   kGemvWarps * kWarp, size_t(kib) * kKiB));
   SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int n = std::max(1, per_sm) * std::max(1, sms);
   cached.store(n, std::memory_order_relaxed);
