@@ -61,10 +61,8 @@ LayerWeights bind_layer(const Binder& b, const ModelConfig& c, int il) {
   LayerWeights w;
   w.attn_norm = b.vector(blk(il, "attn_norm"), c.n_embd);
   w.attn_q = b.matrix(blk(il, "attn_q"), c.n_embd, q_dim);
-  w.attn_q_norm = b.vector(blk(il, "attn_q_norm"), l.head_dim);
   if (l.owns_kv) {
     w.attn_k = b.matrix(blk(il, "attn_k"), c.n_embd, kv_dim);
-    w.attn_k_norm = b.vector(blk(il, "attn_k_norm"), l.head_dim);
     w.attn_v = c.arch == Architecture::Gemma4 ? b.optional_matrix(blk(il, "attn_v"), c.n_embd, kv_dim)
                                               : b.matrix(blk(il, "attn_v"), c.n_embd, kv_dim);
   }
@@ -85,15 +83,17 @@ LayerWeights bind_layer(const Binder& b, const ModelConfig& c, int il) {
   return w;
 }
 
-// The balanced query and key gains of layer il (key_balance.h), from the balance of the layer whose cache it
-// reads (an earlier layer, already in `balance`, for a KV-shared layer).
-void bind_balanced_gains(const Binder& b, const ModelConfig& c, int il, std::vector<std::vector<float>>& balance,
-                         LayerWeights& w) {
+// The query and key norm gains of layer il, plain and balanced (key_balance.h), from the balance of the layer
+// whose cache it reads (an earlier layer, already in `balance`, for a KV-shared layer).
+void bind_qk_norms(const Binder& b, const ModelConfig& c, int il, std::vector<std::vector<float>>& balance,
+                   LayerWeights& w) {
   const LayerConfig& l = c.layers[il];
   const std::vector<float> q_gain = b.host_vector(blk(il, "attn_q_norm"), l.head_dim);
+  w.attn_q_norm = b.place(q_gain);
   if (l.owns_kv) {
     const std::vector<float> k_gain = b.host_vector(blk(il, "attn_k_norm"), l.head_dim);
     balance[size_t(il)] = key_balance(q_gain, k_gain);
+    w.attn_k_norm = b.place(k_gain);
     w.attn_k_norm_balanced = b.place(scaled_gain(k_gain, balance[size_t(il)], false));
   }
   const std::vector<float>& source = balance[size_t(l.kv_source)];
@@ -139,7 +139,7 @@ ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c, We
   for (int il = 0; il < c.n_layer; ++il) {
     b.place_on_device(il < n_gpu_layers);
     w.layers.push_back(bind_layer(b, c, il));
-    bind_balanced_gains(b, c, il, balance, w.layers.back());
+    bind_qk_norms(b, c, il, balance, w.layers.back());
     if (progress) progress(float(il + 1) / c.n_layer);
   }
   return w;

@@ -46,7 +46,6 @@ std::string apply_kv_auto(const std::vector<KvLayerShape>& layers, const std::st
     chosen.push_back({.kind = KvLayerOverride::Kind::Range, .first = il, .last = il, .k_codec = pair.k,
                       .v_codec = pair.v});
   }
-  if (!chosen.empty()) o.k_codec = chosen.front().k_codec, o.v_codec = chosen.front().v_codec;
   o.layers.insert(o.layers.begin(), chosen.begin(), chosen.end());
   std::string line = std::string(!k && !v ? "-ctk/-ctv" : !k ? "-ctk" : "-ctv") + " auto (" + backend + "): ";
   for (auto it = by_head_dim.begin(); it != by_head_dim.end(); ++it) {

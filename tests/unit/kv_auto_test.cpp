@@ -9,6 +9,7 @@
 
 #include "api/kv_options.h"
 #include "kv/kv_cache.h"
+#include "kv_test_layers.h"
 #include "ops/backend.h"
 #include "sparrow/sparrow.h"
 #include "util/error.h"
@@ -17,16 +18,6 @@ namespace sparrow {
 namespace {
 
 using formats::KvCodec;
-
-// Gemma 4 E2B's pattern in small: sliding layers of head dim 256, a global layer of 512, and two layers that
-// read earlier layers' caches.
-std::vector<KvLayerShape> gemma4_like_layers() {
-  return {{.sliding = true, .head_dim = 256, .n_kv_heads = 1, .owns_kv = true, .kv_source = 0},
-          {.sliding = false, .head_dim = 512, .n_kv_heads = 1, .owns_kv = true, .kv_source = 1},
-          {.sliding = true, .head_dim = 256, .n_kv_heads = 1, .owns_kv = true, .kv_source = 2},
-          {.sliding = true, .head_dim = 256, .n_kv_heads = 1, .owns_kv = false, .kv_source = 2},
-          {.sliding = false, .head_dim = 512, .n_kv_heads = 1, .owns_kv = false, .kv_source = 1}};
-}
 
 // The codecs a real cache ends up with, layer by layer (the cache applies the overrides).
 std::vector<std::pair<KvCodec, KvCodec>> cache_codecs(const std::vector<KvLayerShape>& layers,
@@ -60,7 +51,7 @@ TEST(KvAuto, TheDecisionsCoverEveryBackendAndHeadDimAndUnknownBackendsGetF16) {
 }
 
 TEST(KvAuto, EachLayerGetsItsHeadDimsPairAndSharedLayersReadTheirSource) {
-  const auto layers = gemma4_like_layers();
+  const auto layers = kv_test::mixed_layers();
   KvCacheOptions o = small_cache();
   const std::string line = apply_kv_auto(layers, "cpu", std::nullopt, std::nullopt, o);
   EXPECT_NE(line.find("head dim 256"), std::string::npos) << line;
@@ -75,17 +66,18 @@ TEST(KvAuto, EachLayerGetsItsHeadDimsPairAndSharedLayersReadTheirSource) {
 }
 
 TEST(KvAuto, AGivenCodecAndLayerOverridesWin) {
-  const auto layers = gemma4_like_layers();
+  const auto layers = kv_test::mixed_layers();
   KvCacheOptions o = small_cache();
-  o.layers = parse_kv_layers("2:tbq4/tbq3");
+  o.layers = parse_kv_layers("3:tbq4/tbq3");
   apply_kv_auto(layers, "cpu", KvCodec::TBQ4, std::nullopt, o);  // -ctk tbq4, -ctv auto
   const auto codecs = cache_codecs(layers, o);
   EXPECT_EQ(codecs[0].first, KvCodec::TBQ4);
   EXPECT_EQ(codecs[0].second, decided_kv_codecs("cpu", 256).v);
-  EXPECT_EQ(codecs[1].first, KvCodec::TBQ4);
-  EXPECT_EQ(codecs[1].second, decided_kv_codecs("cpu", 512).v);
-  EXPECT_EQ(codecs[2].first, KvCodec::TBQ4);  // --kv-layers, applied after auto
-  EXPECT_EQ(codecs[2].second, KvCodec::TBQ3);
+  EXPECT_EQ(codecs[2].first, KvCodec::TBQ4);  // the global layer: head dim 512's V
+  EXPECT_EQ(codecs[2].second, decided_kv_codecs("cpu", 512).v);
+  EXPECT_EQ(codecs[3].first, KvCodec::TBQ4);  // --kv-layers, applied after auto
+  EXPECT_EQ(codecs[3].second, KvCodec::TBQ3);
+  EXPECT_EQ(codecs[4], codecs[3]);  // a KV-shared layer reads its source's cache
   EXPECT_NE(o.chosen_by.find("-ctv auto"), std::string::npos) << o.chosen_by;
 
   KvCacheOptions given = small_cache();
