@@ -355,8 +355,8 @@ template <TensorType T>
 constexpr int kGemvUnits = int(sizeof(typename WeightInt8<T>::Unit)) >= kGemvStepBytes
                                ? 1
                                : kGemvStepBytes / int(sizeof(typename WeightInt8<T>::Unit));
-// One staging buffer: a step, shifted to the row's address modulo 16 (stage_row_bytes_async), in 16-byte words,
-// with room for load_words to read a word past its end.
+// One staging buffer: a step, shifted to the row's address modulo 16 (the 16-byte granules covering it, as
+// stage_granules_async copies them), in 16-byte words, with room for load_words to read a word past its end.
 template <TensorType T>
 constexpr int kGemvStagingWords = (kGemvUnits<T> * int(sizeof(typename WeightInt8<T>::Unit)) + 15 + 15) / 16;
 
@@ -511,9 +511,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   const int n_steps = (total_rows - first_row + row_stride - 1) / row_stride * steps_per_row;
 
   // Step i's bytes go to buffer i % kGemvStages, at the offset of its source modulo 16.
-  auto staged = [&](int i, const uint8_t* src) {
-    return reinterpret_cast<uint8_t*>(staging[warp][i % kGemvStages]) + (reinterpret_cast<uintptr_t>(src) & 15);
-  };
+  auto buffer = [&](int i) { return reinterpret_cast<uint8_t*>(staging[warp][i % kGemvStages]); };
+  auto staged = [&](int i, const uint8_t* src) { return buffer(i) + (reinterpret_cast<uintptr_t>(src) & 15); };
   auto source = [&](const GemvStep& at) {
     return pick(matrices.w, at.m) + size_t(at.row) * row_bytes + size_t(at.u0) * sizeof(Unit);
   };
@@ -523,7 +522,9 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     if (i < n_steps) {
       const GemvStep at = locate_gemv_step<T>(matrices, first_row, row_stride, steps_per_row, n_units, i);
       const uint8_t* src = source(at);
-      stage_row_bytes_async(staged(i, src), src, at.n * int(sizeof(Unit)), lane);
+      const uint8_t* matrix = pick(matrices.w, at.m);
+      stage_granules_async(buffer(i), src, at.n * int(sizeof(Unit)),
+                           matrix, matrix + size_t(pick(matrices.n_out, at.m)) * row_bytes, lane);
     }
     commit_copies();
   };

@@ -60,4 +60,29 @@ __device__ inline void stage_row_bytes(uint8_t* dst, const uint8_t* src, int n, 
   wait_copies<0>();
 }
 
+// Starts copying the 16-byte granules that cover [src, src + n) to dst (16-byte aligned), so that the byte at src
+// lands at dst + (src % 16), every granule as one asynchronous copy: none of the warp's lanes waits on a load,
+// where stage_row_bytes_async's byte-by-byte ends made each step cost a whole memory latency. A granule's
+// bytes outside [src, src + n) are read too where they lie in [lo, hi), the span the caller knows to be
+// readable (the whole matrix); a granule reaching outside it (at most the first and the last of the span) has
+// only its bytes inside [src, src + n) copied, by plain loads. Called by all 32 lanes of a warp; complete as
+// for stage_row_bytes_async.
+__device__ inline void stage_granules_async(uint8_t* dst, const uint8_t* src, int n, const uint8_t* lo,
+                                            const uint8_t* hi, int lane) {
+  constexpr int kWarp = 32;
+  const uintptr_t first = reinterpret_cast<uintptr_t>(src) & ~uintptr_t(15);
+  const int granules = int((reinterpret_cast<uintptr_t>(src) + uintptr_t(n) + 15 - first) / 16);
+  for (int i = lane; i < granules; i += kWarp) {
+    const uint8_t* from = reinterpret_cast<const uint8_t*>(first) + 16 * i;
+    uint8_t* to = dst + 16 * i;
+    if (from >= lo && from + 16 <= hi) {
+      copy_async_16(to, from);
+    } else {
+      for (int b = 0; b < 16; ++b) {
+        if (from + b >= src && from + b < src + n) to[b] = from[b];
+      }
+    }
+  }
+}
+
 }  // namespace sparrow::cuda
