@@ -1,4 +1,4 @@
-// Activation rounding and quantization (activations.h). The 8-bit formats run a thread per 32 consecutive
+// Activation rounding and quantization (activations.h). The 8-bit formats run a thread per 8 consecutive
 // elements (quantize_units.cuh, shared with the decode GEMV's prologue); a group's max |x| is combined by warp
 // shuffles (exact in any order), and the per-group arithmetic is formats/activation_blocks.h's, which the CPU
 // kernels and the reference use too.
@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// A thread per 32 elements (quantize_units.cuh).
+// A thread per 8 elements (quantize_units.cuh).
 template <ActivationFormat F>
 __global__ void __launch_bounds__(kThreads)
     quantize_units_kernel(const float* __restrict__ x, int64_t n_units, ActivationOutputs out) {
@@ -45,7 +45,7 @@ unsigned grid_for(int64_t threads) {
 template <ActivationFormat F>
 void launch_groups(cudaStream_t stream, const float* x, int64_t n, const ActivationOutputs& out) {
   const int64_t n_units = n / 32;
-  quantize_units_kernel<F><<<grid_for(n_units), kThreads, 0, stream>>>(x, n_units, out);
+  quantize_units_kernel<F><<<grid_for(quantize_threads(n_units)), kThreads, 0, stream>>>(x, n_units, out);
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 

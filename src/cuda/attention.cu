@@ -128,6 +128,19 @@ int32_t choose_splits(const AttentionContext& ctx, const flash::Params& p) {
   return int32_t(std::clamp<int64_t>(wanted, 1, std::max<int64_t>(1, longest_range / kMinKeysPerSplit)));
 }
 
+// Decode over a short context has too few keys to split and too few row blocks to fill the GPU (at depth 0 of
+// E2B, one CTA for the 8 query heads of its one KV head: 14 us on an H100, 2026-12-06). Smaller row blocks, down
+// to one row, give more CTAs, each expanding the same few K and V tiles for fewer rows.
+void spread_short_contexts(const AttentionContext& ctx, flash::Params& p) {
+  const int64_t wanted = int64_t(kCtasPerMultiprocessor) * ctx.multiprocessors();
+  const int64_t total_rows = p.n_tokens * p.group;
+  while (p.rows_per_cta > 1 && int64_t(p.n_splits) * p.n_row_blocks * (p.n_heads / p.group) < wanted) {
+    p.rows_per_cta /= 2;
+    p.n_row_blocks = int32_t((total_rows + p.rows_per_cta - 1) / p.rows_per_cta);
+    p.n_splits = choose_splits(ctx, p);
+  }
+}
+
 flash::Params plan(AttentionContext& ctx, const AttentionArgs& a, const int32_t* first_position_at) {
   const int d = a.kv.head_dim;
   flash::Params p{};
@@ -151,6 +164,7 @@ flash::Params plan(AttentionContext& ctx, const AttentionArgs& a, const int32_t*
                 " (V) floats are not supported by the CUDA kernels");
   choose_tiles(ctx, p);
   p.n_splits = choose_splits(ctx, p);
+  spread_short_contexts(ctx, p);
   const size_t n_rows = size_t(a.n_tokens) * a.n_heads;
   p.partial_acc = ctx.partial_accumulators(size_t(p.n_splits) * n_rows * p.v_floats);
   p.partial_state = reinterpret_cast<float2*>(ctx.partial_states(2 * size_t(p.n_splits) * n_rows));
@@ -209,7 +223,7 @@ AttentionLaunch plan_attention(AttentionContext& ctx, const AttentionArgs& args)
   check(args);
   if (args.n_tokens == 0) return {};
   const flash::Params p = plan(ctx, args, nullptr);
-  return {p.n_splits, ctx.prepared_queries(size_t(args.n_tokens) * args.n_heads * p.k_floats), p.partial_acc,
+  return {p.n_splits, p.rows_per_cta, ctx.prepared_queries(size_t(args.n_tokens) * args.n_heads * p.k_floats), p.partial_acc,
           p.partial_state};
 }
 

@@ -50,10 +50,12 @@ void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_t
 // is made from args.first_position.
 void attention(AttentionContext& ctx, const AttentionArgs& args, const int32_t* first_position_at = nullptr);
 
-// What attention(ctx, args) launches besides its arguments: the split count and the scratch it uses, planned
-// (and the scratch grown) without launching anything. A CUDA graph that captured a call holds exactly these.
+// What attention(ctx, args) launches besides its arguments: the split count, the query rows per CTA and the
+// scratch it uses, planned (and the scratch grown) without launching anything. A CUDA graph that captured a call
+// holds exactly these.
 struct AttentionLaunch {
   int32_t n_splits = 0;
+  int32_t rows_per_cta = 0;
   const void* prepared = nullptr;
   const void* partial_acc = nullptr;
   const void* partial_state = nullptr;

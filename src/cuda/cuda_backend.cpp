@@ -232,10 +232,11 @@ void CudaBackend::kv_store(const KvLayerView& kv, const float* k, const float* v
 
 void CudaBackend::attention(const AttentionArgs& args) {
   const int32_t* position = recorder_->value(args.first_position);
-  // The plan (the split count, which follows the context length, and the scratch) is part of what a graph holds.
+  // The plan (the split count and rows per CTA, which follow the context length, and the scratch) is part of what
+  // a graph holds.
   const cuda::AttentionLaunch plan = cuda::plan_attention(*attention_, args);
   describe(args.kv);
-  recorder_->describe(plan.n_splits, plan.prepared, plan.partial_acc, plan.partial_state);
+  recorder_->describe(plan.n_splits, plan.rows_per_cta, plan.prepared, plan.partial_acc, plan.partial_state);
   if (record(Op::Attention, args.q, args.out, args.n_tokens, args.n_heads, args.sliding_window, args.scale))
     cuda::attention(*attention_, args, position);
 }
