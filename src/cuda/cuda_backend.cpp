@@ -9,6 +9,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/kv/kv_ops.h"
 #include "cuda/matmul.h"
+#include "cuda/matmul_int8.h"
 #include "cuda/pass_recorder.h"
 #include "util/error.h"
 
@@ -144,6 +145,15 @@ void CudaBackend::matmuls(const float* x, int64_t n_tokens, std::span<const Matm
     recorder_->describe(t.y);
   }
   if (record(Op::Matmuls, x, n_tokens, targets.size())) cuda::matmul(*matmul_, x, n_tokens, targets);
+}
+
+// One launch where the decode GEMV fuses the product (matmul_int8_fuses), else the ops one by one.
+void CudaBackend::gated_matmul(const float* x, int64_t n_tokens, const GatedProduct& p, float* y) {
+  if (!cuda::matmul_int8_fuses(p, n_tokens)) return Backend::gated_matmul(x, n_tokens, p, y);
+  describe(p.gate);
+  if (p.up) describe(*p.up);
+  recorder_->describe(p.mul, p.mul_stride);
+  if (record(Op::GatedMatmul, x, n_tokens, y)) cuda::matmul_int8_gated(*matmul_, gelu_table_, p, x, n_tokens, y);
 }
 
 void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) {

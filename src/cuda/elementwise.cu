@@ -10,6 +10,7 @@
 #include "cuda/cuda_check.h"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/elementwise.h"
+#include "cuda/gelu.cuh"
 #include "util/error.h"
 
 namespace sparrow::cuda {
@@ -103,16 +104,6 @@ struct Softcap {
   __device__ float operator()(float a) const { return cap * tanhf(a / cap); }
 };
 
-// gelu through the f16 table (elementwise.h); NaN, the one input outside the table, stays NaN.
-__device__ float gelu_lookup(const uint16_t* table, float x) {
-  if (x <= -kGeluSaturation) return 0.0f;
-  if (x >= kGeluSaturation) return x;
-  const uint16_t code = __half_as_ushort(__float2half_rn(x));
-  const uint32_t magnitude = code & 0x7fffu;
-  if (magnitude > kGeluLastCode) return x;
-  const uint32_t index = (code & 0x8000u) ? kGeluLastCode + 1 + magnitude : magnitude;
-  return __half2float(__ushort_as_half(__ldg(table + index)));
-}
 struct Gelu {
   const uint16_t* table;
   __device__ float operator()(float gate) const { return gelu_lookup(table, gate); }

@@ -43,6 +43,7 @@
 
 #include "cuda/cuda_check.h"
 #include "cuda/dependent_launch.cuh"
+#include "cuda/gelu.cuh"
 #include "cuda/quantize_units.cuh"
 #include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
@@ -345,7 +346,9 @@ __global__ void __launch_bounds__(kThreads, 2)
 // every warp waiting on one row's loads and then exiting. Per step, lane l takes sub-blocks l, l + 32, ...:
 // decoded from shared memory four codes per word, dp4a against each token's activation codes (read from global
 // memory: every warp reads the same few KiB, which stay in L1), the sub-block's term scaled into the lane's fp32
-// sum per token. After a row's last step a shuffle tree adds the lanes' sums.
+// sum per token. After a row's last step a shuffle tree adds the lanes' sums, and the epilogue (GemvEpilogue)
+// writes them, or, for a gated product, gelu of them times a row of a buffer or, paired, keeps the gate's sums
+// until the same warp has walked the up matrix's row (rows w, w + W, ... are then pairs of rows).
 
 constexpr int kGemvWarps = 4;
 constexpr int kGemvStages = 3;
@@ -375,6 +378,16 @@ __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const in
   return dot;
 }
 
+// What a GEMV launch writes for an output (GatedProduct): the row's sum; or, with a gelu table, gelu(sum) times
+// the paired matrix's sum for the same row (paired: the launch's two matrices, gate then up, walked a row of
+// each at a time by one warp, written to the first's y) or times mul[t * mul_stride + row].
+struct GemvEpilogue {
+  const uint16_t* gelu_table = nullptr;  // null: the plain sum
+  bool paired = false;
+  const float* mul = nullptr;
+  int64_t mul_stride = 0;
+};
+
 // The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): rows
 // [first_row[m], first_row[m] + n_out[m]) of the launch's total_rows are matrix m's.
 struct GemvMatrices {
@@ -383,7 +396,13 @@ struct GemvMatrices {
   int n_out[kMaxGemvMatrices];
   int first_row[kMaxGemvMatrices];
   int count, total_rows;
+  GemvEpilogue epilogue;
 };
+
+// The launch's work items, which warps take in turn: its rows, or, paired, its pairs of rows.
+__host__ __device__ inline int gemv_items(const GemvMatrices& matrices) {
+  return matrices.epilogue.paired ? matrices.n_out[0] : matrices.total_rows;
+}
 
 // n little-endian words from the bytes at p (shared memory, any alignment): the aligned words around them,
 // funnel-shifted into place. Reads up to 4 bytes past p + 4 n (the staging buffers leave that much room).
@@ -463,17 +482,28 @@ struct GemvStep {
   bool last;
 };
 
+// Step i of the warp whose first item is first_item (items every item_stride): a warp walks an item's rows one
+// after another (paired: the gate's row, then the up's), each in steps_per_row steps.
 template <TensorType T>
-__device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrices, int first_row, int row_stride,
+__device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrices, int first_item, int item_stride,
                                                      int steps_per_row, int n_units, int i) {
-  const int row = first_row + (i / steps_per_row) * row_stride, step = i % steps_per_row;
-  int m = 0, m_first = 0;
+  const bool paired = matrices.epilogue.paired;
+  const int steps_per_item = paired ? 2 * steps_per_row : steps_per_row;
+  const int item = first_item + (i / steps_per_item) * item_stride, item_step = i % steps_per_item;
+  const int step = item_step % steps_per_row;
+  int m = 0, row = item;
+  if (paired) {
+    m = item_step / steps_per_row;
+  } else {
+    int m_first = 0;
 #pragma unroll
-  for (int k = 1; k < kMaxGemvMatrices; ++k) {
-    if (k < matrices.count && row >= matrices.first_row[k]) m = k, m_first = matrices.first_row[k];
+    for (int k = 1; k < kMaxGemvMatrices; ++k) {
+      if (k < matrices.count && item >= matrices.first_row[k]) m = k, m_first = matrices.first_row[k];
+    }
+    row = item - m_first;
   }
   const int u0 = step * kGemvUnits<T>;
-  return {m, row - m_first, u0, min(kGemvUnits<T>, n_units - u0), step == steps_per_row - 1};
+  return {m, row, u0, min(kGemvUnits<T>, n_units - u0), step == steps_per_row - 1};
 }
 
 // A GEMV launch's activations: their codes as quantize_activations writes them (q, scale, sum32), or, where the
@@ -503,12 +533,13 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   __shared__ uint4 staging[kGemvWarps][kGemvStages][kGemvStagingWords<T>];
   extern __shared__ uint4 quantized[];  // kQuantizes: gemv_quantized_bytes
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int total_rows = matrices.total_rows, row_stride = int(gridDim.x) * kGemvWarps;
-  const int first_row = int(blockIdx.x) * kGemvWarps + warp;
-  const bool has_rows = first_row < total_rows;
+  const int items = gemv_items(matrices), item_stride = int(gridDim.x) * kGemvWarps;
+  const int first_item = int(blockIdx.x) * kGemvWarps + warp;
+  const bool has_rows = first_item < items;
   const int n_units = n_in / kUnitElements<T>;
   const int steps_per_row = (n_units + kGemvUnits<T> - 1) / kGemvUnits<T>;
-  const int n_steps = (total_rows - first_row + row_stride - 1) / row_stride * steps_per_row;
+  const int n_steps =
+      (items - first_item + item_stride - 1) / item_stride * steps_per_row * (matrices.epilogue.paired ? 2 : 1);
 
   // Step i's bytes go to buffer i % kGemvStages, at the offset of its source modulo 16.
   auto buffer = [&](int i) { return reinterpret_cast<uint8_t*>(staging[warp][i % kGemvStages]); };
@@ -520,7 +551,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   // newest kGemvStages - 1 groups always means step i's.
   auto issue = [&](int i) {
     if (i < n_steps) {
-      const GemvStep at = locate_gemv_step<T>(matrices, first_row, row_stride, steps_per_row, n_units, i);
+      const GemvStep at = locate_gemv_step<T>(matrices, first_item, item_stride, steps_per_row, n_units, i);
       const uint8_t* src = source(at);
       const uint8_t* matrix = pick(matrices.w, at.m);
       stage_granules_async(buffer(i), src, at.n * int(sizeof(Unit)),
@@ -551,15 +582,16 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     xq = q, x_scale = scale, x_sum32 = sum32;
   }
 
-  float acc[kMaxGemvTokens];
+  float acc[kMaxGemvTokens], gate[kMaxGemvTokens];  // gate: a pair's first sum, paired
 #pragma unroll
   for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
+  const GemvEpilogue& epilogue = matrices.epilogue;
   for (int i = 0; i < n_steps; ++i) {
     __syncwarp();  // every lane is done with step i - 1, whose buffer step i + kGemvStages - 1 refills
     issue(i + kGemvStages - 1);
     wait_copies<kGemvStages - 1>();  // this lane's copies of step i have landed
     __syncwarp();                    // and so have every lane's
-    const GemvStep at = locate_gemv_step<T>(matrices, first_row, row_stride, steps_per_row, n_units, i);
+    const GemvStep at = locate_gemv_step<T>(matrices, first_item, item_stride, steps_per_row, n_units, i);
     const uint8_t* units = staged(i, source(at));
     for (int s = lane; s < at.n * kUnitSubBlocks; s += kWarp) {
       uint32_t words[kSub / 4];
@@ -577,14 +609,24 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
       }
     }
     if (!at.last) continue;
-    float* __restrict__ y = pick(matrices.y, at.m);
+    const bool gate_of_pair = epilogue.paired && at.m == 0;  // kept until the up's row is done
+    float* __restrict__ y = pick(matrices.y, epilogue.paired ? 0 : at.m);
     const int n_out = pick(matrices.n_out, at.m);
 #pragma unroll
     for (int t = 0; t < kMaxGemvTokens; ++t) {
       if (t >= n_tokens) break;
       for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
-      if (lane == 0) y[int64_t(t) * n_out + at.row] = acc[t];
+      float out = acc[t];
       acc[t] = 0.0f;
+      if (gate_of_pair) {
+        gate[t] = out;
+        continue;
+      }
+      if (epilogue.gelu_table != nullptr) {  // the bits of gelu_mul (and mul_rows) after the plain product
+        out = epilogue.paired ? gelu_lookup(epilogue.gelu_table, gate[t]) * out
+                              : gelu_lookup(epilogue.gelu_table, out) * epilogue.mul[t * epilogue.mul_stride + at.row];
+      }
+      if (lane == 0) y[int64_t(t) * n_out + at.row] = out;
     }
   }
 }
@@ -692,17 +734,19 @@ template <TensorType T, bool kQuantizes>
 void launch_gemv(MatmulContext& ctx, const GemvMatrices& matrices, size_t row_bytes, int n_in,
                  const GemvActivations& activations, int n_tokens) {
   const int shared_bytes = kQuantizes ? gemv_quantized_bytes<T>(n_in, n_tokens) : 0;
-  const int ctas = std::min((matrices.total_rows + kGemvWarps - 1) / kGemvWarps,
+  const int ctas = std::min((gemv_items(matrices) + kGemvWarps - 1) / kGemvWarps,
                             gemv_resident_ctas<T, kQuantizes>(shared_bytes));
   launch_dependent(gemv_int8_kernel<T, kQuantizes>, dim3(unsigned(ctas)), dim3(kGemvWarps * kWarp),
                    size_t(shared_bytes), ctx.stream(), matrices, row_bytes, n_in, activations, n_tokens);
 }
 
+// The products of the targets; a GEMV that quantizes x itself takes an epilogue other than the plain sum.
 template <TensorType T>
 void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const GemvActivations& activations,
-            int64_t n_tokens) {
+            int64_t n_tokens, const GemvEpilogue& epilogue) {
   size_t row_bytes = 0;
-  const GemvMatrices matrices = gemv_matrices<T>(targets, n_tokens, row_bytes);
+  GemvMatrices matrices = gemv_matrices<T>(targets, n_tokens, row_bytes);
+  matrices.epilogue = epilogue;
   check_activations<T>(activations);
   if (n_tokens == 0) return;
   const int n_in = int(targets[0].w.n_in);
@@ -729,12 +773,12 @@ void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const Gem
 
 // Runs launch<T> for the targets' block type.
 void launch_for_type(MatmulContext& ctx, std::span<const MatmulTarget> targets, const GemvActivations& activations,
-                     int64_t n_tokens) {
+                     int64_t n_tokens, const GemvEpilogue& epilogue = {}) {
   if (targets.empty()) return;
   formats::visit_weight_type(targets[0].w.type, "cuda::matmul_int8", [&](auto type) {
     constexpr TensorType T = decltype(type)::value;
     if constexpr (WeightInt8<T>::kSupported) {
-      launch<T>(ctx, targets, activations, n_tokens);
+      launch<T>(ctx, targets, activations, n_tokens, epilogue);
     } else {
       throw Error(std::string("cuda::matmul_int8: weight type ") + tensor_type_name(T) +
                   " has no 8-bit integer form (formats/weight_int8.h); use cuda::matmul");
@@ -776,6 +820,32 @@ bool matmul_int8_quantizes(TensorType type, int64_t n_in, int64_t n_tokens) {
 void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens) {
   if (x == nullptr) throw Error("cuda::matmul_int8: null activations");
   launch_for_type(ctx, targets, GemvActivations{.x = x, .q = nullptr, .scale = nullptr, .sum32 = nullptr}, n_tokens);
+}
+
+bool matmul_int8_fuses(const GatedProduct& p, int64_t n_tokens) {
+  const WeightMatrix& g = p.gate;
+  if (!matmul_int8_quantizes(g.type, g.n_in, n_tokens)) return false;
+  if (p.up) return p.up->type == g.type && p.up->n_in == g.n_in && p.up->n_out == g.n_out;
+  return p.mul != nullptr;
+}
+
+void matmul_int8_gated(MatmulContext& ctx, const uint16_t* gelu_table, const GatedProduct& p, const float* x,
+                       int64_t n_tokens, float* y) {
+  if (!matmul_int8_fuses(p, n_tokens)) {
+    throw Error("cuda::matmul_int8_gated: this product (" + std::string(tensor_type_name(p.gate.type)) + ", " +
+                std::to_string(n_tokens) + " tokens) is not one the GEMV fuses (matmul_int8_fuses)");
+  }
+  if (x == nullptr || gelu_table == nullptr) throw Error("cuda::matmul_int8_gated: null activations or gelu table");
+  const GemvActivations activations{.x = x, .q = nullptr, .scale = nullptr, .sum32 = nullptr};
+  if (p.up) {
+    // The up matrix's outputs are never written: its y only has to pass the checks.
+    const MatmulTarget pair[] = {{p.gate, y}, {*p.up, y}};
+    launch_for_type(ctx, pair, activations, n_tokens, GemvEpilogue{.gelu_table = gelu_table, .paired = true});
+  } else {
+    const MatmulTarget gate{p.gate, y};
+    launch_for_type(ctx, std::span(&gate, 1), activations, n_tokens,
+                    GemvEpilogue{.gelu_table = gelu_table, .mul = p.mul, .mul_stride = p.mul_stride});
+  }
 }
 
 }  // namespace sparrow::cuda

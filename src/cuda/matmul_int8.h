@@ -56,4 +56,15 @@ bool matmul_int8_quantizes(TensorType type, int64_t n_in, int64_t n_tokens);
 // is false.
 void matmul_int8(MatmulContext& ctx, std::span<const MatmulTarget> targets, const float* x, int64_t n_tokens);
 
+// Whether matmul_int8_gated takes this product: the decode GEMV quantizes its activations for p.gate
+// (matmul_int8_quantizes), and up, if any, has the gate's type and shape (else mul is set).
+bool matmul_int8_fuses(const GatedProduct& p, int64_t n_tokens);
+
+// Backend::gated_matmul in one launch of the decode GEMV, from the float activations x as above: the epilogue
+// multiplies, gelu(gate x) times the same row of up x (one warp walks a row of each) or of mul, so that y has the
+// bits of matmul_int8 followed by gelu_mul (and mul_rows). gelu_table: the device copy of gelu_f16_table()
+// (elementwise.h). p.up_y is not written. Throws as above, and where matmul_int8_fuses is false.
+void matmul_int8_gated(MatmulContext& ctx, const uint16_t* gelu_table, const GatedProduct& p, const float* x,
+                       int64_t n_tokens, float* y);
+
 }  // namespace sparrow::cuda

@@ -188,10 +188,7 @@ void GemmaForward::attention(int32_t il, int32_t n) {
 // GeGLU: Wdown (gelu_tanh(Wgate x) * Wup x)
 void GemmaForward::feed_forward(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
-  const int64_t n_ff = config_.layers[il].n_ff;
-  const MatmulTarget gate_up[] = {{w.ffn_gate, gate_}, {w.ffn_up, up_}};
-  backend_.matmuls(xn_, n, gate_up);
-  backend_.gelu_mul(gate_, up_, n * n_ff, gate_);
+  backend_.gated_matmul(xn_, n, {.gate = w.ffn_gate, .up = &w.ffn_up, .up_y = up_}, gate_);
   backend_.matmul(w.ffn_down, gate_, n, block_);
 }
 
@@ -199,9 +196,8 @@ void GemmaForward::feed_forward(int32_t il, int32_t n) {
 void GemmaForward::per_layer_embedding(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t P = config_.n_embd_per_layer;
-  backend_.matmul(w.ple_inp_gate, x_, n, gate_);
-  backend_.gelu_mul(gate_, nullptr, n * P, gate_);
-  backend_.mul_rows(gate_, ple_ + il * P, n, P, int64_t(config_.n_layer) * P);
+  const GatedProduct gate{.gate = w.ple_inp_gate, .mul = ple_ + il * P, .mul_stride = int64_t(config_.n_layer) * P};
+  backend_.gated_matmul(x_, n, gate, gate_);
   backend_.matmul(w.ple_proj, gate_, n, block_);
   backend_.add_rms_norm(x_, block_, w.ple_post_norm, n, config_.n_embd, config_.rms_eps);
 }

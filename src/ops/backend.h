@@ -59,6 +59,17 @@ struct MatmulTarget {
   float* y = nullptr;
 };
 
+// A gated product (Backend::gated_matmul): y = gelu_tanh(gate x) * m, where m is up x (Gemma's feed-forward; up
+// set, up_y where the product may be put) or the rows m[t][o] = mul[t * mul_stride + o] (the per-layer embedding's
+// gate; up null).
+struct GatedProduct {
+  WeightMatrix gate;
+  const WeightMatrix* up = nullptr;
+  float* up_y = nullptr;  // [n_tokens][up->n_out] scratch; what it holds afterwards is unspecified
+  const float* mul = nullptr;
+  int64_t mul_stride = 0;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -94,6 +105,21 @@ class Backend {
   // convert once and run as one kernel. Each y_i equals what matmul(w_i, x, n_tokens, y_i) writes.
   virtual void matmuls(const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) {
     for (const MatmulTarget& t : targets) matmul(t.w, x, n_tokens, t.y);
+  }
+  // y = gelu_tanh(p.gate x) * m as GatedProduct says, y: [n_tokens][p.gate.n_out]. Equals the ops one by one
+  // (matmuls then gelu_mul; matmul, gelu_mul then mul_rows), which is the default; a backend may fuse them (the
+  // CUDA decode GEMV multiplies in its epilogue, with the bits of the ops one by one).
+  virtual void gated_matmul(const float* x, int64_t n_tokens, const GatedProduct& p, float* y) {
+    const int64_t n = n_tokens * p.gate.n_out;
+    if (p.up) {
+      const MatmulTarget both[] = {{p.gate, y}, {*p.up, p.up_y}};
+      matmuls(x, n_tokens, both);
+      gelu_mul(y, p.up_y, n, y);
+    } else {
+      matmul(p.gate, x, n_tokens, y);
+      gelu_mul(y, nullptr, n, y);
+      mul_rows(y, p.mul, n_tokens, p.gate.n_out, p.mul_stride);
+    }
   }
   // out[r] = scale * w[ids[r]] (embedding lookup)
   virtual void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) = 0;

@@ -83,6 +83,19 @@ class LockstepBackend final : public Backend {
                            t.y, size_t(n_tokens * t.w.n_out));
     }
   }
+  void gated_matmul(const float* x, int64_t n_tokens, const GatedProduct& p, float* y) override {
+    GatedProduct ref = p;
+    ref.gate = l_.reference_of(p.gate);
+    const WeightMatrix ref_up = p.up ? l_.reference_of(*p.up) : WeightMatrix{};
+    if (p.up) ref.up = &ref_up, ref.up_y = l_.reference_of(p.up_y);
+    if (p.mul) ref.mul = l_.reference_of(p.mul);
+    ref_.gated_matmul(l_.reference_of(x), n_tokens, ref, l_.reference_of(y));
+    test_.gated_matmul(x, n_tokens, p, y);
+    l_.compare_and_force("gated_matmul " + std::string(tensor_type_name(p.gate.type)) + " " +
+                             std::to_string(p.gate.n_in) + "x" + std::to_string(p.gate.n_out) +
+                             (p.up ? " (times up)" : " (times rows)") + (n_tokens > 1 ? " batch" : " single"),
+                         y, size_t(n_tokens * p.gate.n_out));
+  }
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) override {
     ref_.embed(l_.reference_of(w), ids, n_ids, scale, l_.reference_of(out));
     test_.embed(w, ids, n_ids, scale, out);

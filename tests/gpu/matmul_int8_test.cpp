@@ -318,6 +318,65 @@ TEST(CudaMatmulInt8, SeveralMatricesInOneLaunchGiveTheBitsOfSeparateLaunches) {
   }
 }
 
+// The gated products (Backend::gated_matmul) in one GEMV launch give the bits of the ops one by one: the two
+// products, then gelu_mul; or the product, gelu_mul, then mul_rows from a strided buffer. Row counts that are
+// not a multiple of the CTA's warps, up to the GEMV's 8 tokens.
+TEST(CudaMatmulInt8, GatedProductsInOneLaunchGiveTheBitsOfTheOpsOneByOne) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  int device = 0, multiprocessors = 0;
+  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
+  ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
+  const LaunchTarget target{stream.get(), multiprocessors};
+  DeviceBuffer<uint16_t> gelu_table(gelu_f16_table());
+  const int64_t n_in = 1536, n_out = 3001, mul_stride = 4 * n_out;
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_1}) {
+    for (int64_t n_tokens : {1, 3, 8}) {
+      const std::string what = std::string(tensor_type_name(type)) + ", " + std::to_string(n_tokens) + " tokens";
+      DeviceBuffer<float> x(random_activations(n_in * n_tokens, 11));
+      DeviceBuffer<float> mul(random_activations(mul_stride * n_tokens, 12));
+      DeviceBuffer<uint8_t> gate_w(random_weights(type, n_in, n_out, 13));
+      DeviceBuffer<uint8_t> up_w(random_weights(type, n_in, n_out, 14));
+      const WeightMatrix gate{type, gate_w.get(), n_in, n_out}, up{type, up_w.get(), n_in, n_out};
+      const size_t n = size_t(n_tokens * n_out);
+      DeviceBuffer<float> fused_up(n), fused_mul(n), up_scratch(n), apart_up(n), apart_mul(n), up_y(n);
+      for (auto* b : {&fused_up, &fused_mul, &apart_up, &apart_mul}) b->poison();
+
+      const GatedProduct times_up{.gate = gate, .up = &up, .up_y = up_scratch.get()};
+      const GatedProduct times_rows{.gate = gate, .mul = mul.get() + 5, .mul_stride = mul_stride};
+      ASSERT_TRUE(matmul_int8_fuses(times_up, n_tokens)) << what;
+      ASSERT_TRUE(matmul_int8_fuses(times_rows, n_tokens)) << what;
+      matmul_int8_gated(ctx, gelu_table.get(), times_up, x.get(), n_tokens, fused_up.get());
+      matmul_int8_gated(ctx, gelu_table.get(), times_rows, x.get(), n_tokens, fused_mul.get());
+
+      const MatmulTarget both[] = {{gate, apart_up.get()}, {up, up_y.get()}};
+      matmul_int8(ctx, both, x.get(), n_tokens);
+      gelu_mul(target, gelu_table.get(), apart_up.get(), up_y.get(), int64_t(n), apart_up.get());
+      const MatmulTarget alone{gate, apart_mul.get()};
+      matmul_int8(ctx, std::span(&alone, 1), x.get(), n_tokens);
+      gelu_mul(target, gelu_table.get(), apart_mul.get(), nullptr, int64_t(n), apart_mul.get());
+      mul_rows(target, apart_mul.get(), mul.get() + 5, n_tokens, n_out, mul_stride);
+      stream.sync();
+
+      const auto f_up = fused_up.read(), a_up = apart_up.read(), f_mul = fused_mul.read(), a_mul = apart_mul.read();
+      EXPECT_EQ(std::memcmp(f_up.data(), a_up.data(), n * sizeof(float)), 0) << what << ", times up";
+      EXPECT_EQ(std::memcmp(f_mul.data(), a_mul.data(), n * sizeof(float)), 0) << what << ", times rows";
+      EXPECT_FALSE(std::isnan(f_up.back()) || std::isnan(f_mul.back())) << what;
+    }
+  }
+  // What the GEMV does not fuse is refused, not computed otherwise.
+  DeviceBuffer<uint8_t> w(random_weights(TensorType::Q8_0, n_in, 64, 15));
+  DeviceBuffer<uint8_t> other(random_weights(TensorType::Q8_0, n_in, 65, 16));
+  const WeightMatrix gate{TensorType::Q8_0, w.get(), n_in, 64}, up{TensorType::Q8_0, other.get(), n_in, 65};
+  DeviceBuffer<float> x(random_activations(n_in, 17)), y(64);
+  const GatedProduct mismatched{.gate = gate, .up = &up, .up_y = y.get()}, without_mul{.gate = gate};
+  EXPECT_FALSE(matmul_int8_fuses(mismatched, 1));
+  EXPECT_FALSE(matmul_int8_fuses(without_mul, 1));
+  EXPECT_FALSE(matmul_int8_fuses(GatedProduct{.gate = gate, .mul = x.get()}, 9));  // beyond the GEMV's tokens
+  EXPECT_THROW(matmul_int8_gated(ctx, gelu_table.get(), mismatched, x.get(), 1, y.get()), Error);
+}
+
 // The decode GEMV is a dependent launch (dependent_launch.cuh): it starts streaming weights while the kernel
 // before it runs, and must still read the activations that kernel writes. Here that kernel is an add over a
 // quarter-gigabyte buffer whose last elements are the activations, so a GEMV that read them early would see the
