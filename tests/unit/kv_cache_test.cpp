@@ -589,8 +589,11 @@ TEST_F(KvCli, PrefillAndDecodeAgreeForEveryCompressedLayout) {
 }
 
 // Balanced keys leave every score unchanged (model/key_balance.h): with f32 KV, which stores what it is given,
-// balancing on and off give the same logits up to rounding of the gains' last bits, which six layers of random
-// weights amplify (1.2e-4 of max |logit| was seen); the bound is the project's float budget, 1e-3.
+// balancing on and off give the same logits up to rounding of the gains' last bits, which this random-weight
+// model amplifies: on an AVX2 machine (2026-12-06) merely decoding the prompt one token at a time instead of in
+// one batch moved its logits by up to 4.2e-4 of max |logit|, and balancing by up to 1.15e-3 (1.2e-4 on an
+// AVX-512 one). A wiring error (queries divided by the scales their keys were not multiplied by) moved them by
+// 3e-2 to 0.38 at every position after the first; 5e-3 sits between the two.
 TEST_F(KvCli, BalancedKeysLeaveTheLogitsAsTheyWere) {
   sparrow_model* model = sparrow_model_load(model_->c_str(), nullptr, nullptr);
   ASSERT_NE(model, nullptr) << sparrow_last_error();
@@ -611,7 +614,7 @@ TEST_F(KvCli, BalancedKeysLeaveTheLogitsAsTheyWere) {
   for (size_t i = 0; i < tokens.size(); ++i) {
     ASSERT_LE(relative_logit_gap(sparrow_get_logits(runs[0], int32_t(i)), sparrow_get_logits(runs[1], int32_t(i)),
                                  n_vocab),
-              1e-3f)
+              5e-3f)
         << "position " << i;
   }
   for (sparrow_context* c : runs) sparrow_context_free(c);
