@@ -186,9 +186,9 @@ void CudaBackend::rms_norm(const float* x, const float* weight, int64_t n_rows, 
 }
 
 void CudaBackend::add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
-                               const float* next_weight, float* next) {
-  if (record(Op::AddRmsNorm, x, r, r_weight, n_rows, dim, eps, next_weight, next))
-    cuda::add_rms_norm(target(), x, r, r_weight, n_rows, dim, eps, next_weight, next);
+                               const float* next_weight, float* next, float x_scale) {
+  if (record(Op::AddRmsNorm, x, r, r_weight, n_rows, dim, eps, next_weight, next, x_scale))
+    cuda::add_rms_norm(target(), x, r, r_weight, n_rows, dim, eps, next_weight, next, x_scale);
 }
 
 void CudaBackend::rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads,

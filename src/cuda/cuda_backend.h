@@ -71,7 +71,7 @@ class CudaBackend final : public Backend {
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override;
   void add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
-                    const float* next_weight, float* next) override;
+                    const float* next_weight, float* next, float x_scale) override;
   void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
             const RopeParams& params) override;
   void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads, int32_t head_dim,

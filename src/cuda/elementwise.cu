@@ -180,7 +180,7 @@ __device__ float add_rounded(float x, float y) { return __fadd_rn(x, y); }
 // added to x while x's new sum of squares is taken, then x normalized into next. Each thread writes only the
 // elements it read, so the passes need no synchronization beyond the block sums.
 __global__ void add_rms_norm_kernel(float* x, float* r, const float* r_weight, int64_t dim, float eps,
-                                    const float* next_weight, float* next) {
+                                    const float* next_weight, float* next, float x_scale) {
   allow_dependents();  // the decode GEMV after it may start streaming its weights
   float* xr = x + int64_t(blockIdx.x) * dim;
   float* rr = r + int64_t(blockIdx.x) * dim;
@@ -191,7 +191,7 @@ __global__ void add_rms_norm_kernel(float* x, float* r, const float* r_weight, i
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
     const float v = r_weight ? rr[i] * inv * r_weight[i] : rr[i] * inv;
     rr[i] = v;
-    const float h = add_rounded(xr[i], v);
+    const float h = __fmul_rn(add_rounded(xr[i], v), x_scale);  // as scale() rounds it (exact for 1)
     xr[i] = h;
     x_squares += h * h;
   }
@@ -228,6 +228,10 @@ __device__ float inverse_rms(float squares, int64_t dim, float eps) {
 __device__ float4 add_rounded4(float4 a, float4 b) {
   return make_float4(add_rounded(a.x, b.x), add_rounded(a.y, b.y), add_rounded(a.z, b.z), add_rounded(a.w, b.w));
 }
+// The layer output scale as scale() applies it: one rounded product (exact for 1), never fused into an add.
+__device__ float4 scale_rounded4(float4 v, float s) {
+  return make_float4(__fmul_rn(v.x, s), __fmul_rn(v.y, s), __fmul_rn(v.z, s), __fmul_rn(v.w, s));
+}
 
 // rms_norm with the row in registers (row_fits_registers): y may equal x.
 __global__ void rms_norm_resident_kernel(const float* x, const float* weight, int64_t dim, float eps, float* y) {
@@ -255,7 +259,7 @@ __global__ void rms_norm_resident_kernel(const float* x, const float* weight, in
 
 // add_rms_norm with the rows in registers (row_fits_registers).
 __global__ void add_rms_norm_resident_kernel(float* x, float* r, const float* r_weight, int64_t dim, float eps,
-                                             const float* next_weight, float* next) {
+                                             const float* next_weight, float* next, float x_scale) {
   allow_dependents();  // the decode GEMV after it may start streaming its weights
   float* xr = x + int64_t(blockIdx.x) * dim;
   float* rr = r + int64_t(blockIdx.x) * dim;
@@ -279,7 +283,7 @@ __global__ void add_rms_norm_resident_kernel(float* x, float* r, const float* r_
     if (i < quads) {
       const float4 v = normalized4(rv[k], inv, r_weight, i);
       store4(rr, i, v);
-      xv[k] = add_rounded4(xv[k], v);
+      xv[k] = scale_rounded4(add_rounded4(xv[k], v), x_scale);
       store4(xr, i, xv[k]);
       x_squares += squares4(xv[k]);
     }
@@ -442,15 +446,15 @@ void rms_norm(const LaunchTarget& target, const float* x, const float* weight, i
 }
 
 void add_rms_norm(const LaunchTarget& target, float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim,
-                  float eps, const float* next_weight, float* next) {
+                  float eps, const float* next_weight, float* next, float x_scale) {
   if (n_rows <= 0) return;
   if (dim <= 0) throw Error("add_rms_norm: row length " + std::to_string(dim) + " is not positive");
   if (row_fits_registers(dim, {x, r, r_weight, next_weight, next})) {
     add_rms_norm_resident_kernel<<<unsigned(n_rows), row_threads(dim / 4), 0, target.stream>>>(
-        x, r, r_weight, dim, eps, next_weight, next);
+        x, r, r_weight, dim, eps, next_weight, next, x_scale);
   } else {
     add_rms_norm_kernel<<<unsigned(n_rows), row_threads(dim / 4), 0, target.stream>>>(x, r, r_weight, dim, eps,
-                                                                                       next_weight, next);
+                                                                                       next_weight, next, x_scale);
   }
   SPARROW_CUDA_CHECK_LAUNCH();
 }

@@ -23,10 +23,11 @@ struct LaunchTarget {
 // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (weight may be null); y may equal x.
 void rms_norm(const LaunchTarget& target, const float* x, const float* weight, int64_t n_rows, int64_t dim,
               float eps, float* y);
-// Backend::add_rms_norm in one kernel: x += (r = rms_norm(r) * r_weight); then, when next is set,
-// next = rms_norm(x) * next_weight. Either weight may be null (no weight).
+// Backend::add_rms_norm in one kernel: x = (x + (r = rms_norm(r) * r_weight)) * x_scale, each step rounded as
+// the ops one by one round it; then, when next is set, next = rms_norm(x) * next_weight. Either weight may be
+// null (no weight).
 void add_rms_norm(const LaunchTarget& target, float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim,
-                  float eps, const float* next_weight, float* next);
+                  float eps, const float* next_weight, float* next, float x_scale = 1.0f);
 // Backend::rope: NEOX pairs (i, i + n_rot/2), in place; params.freq_divisors in device memory or null.
 void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
           DevicePosition first_position, const RopeParams& params);

@@ -121,15 +121,28 @@ void GemmaForward::per_layer_inputs(const int32_t* tokens, int32_t n) {
 void GemmaForward::layer(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t rows = n;
-  // h += post_attention_norm(attention(attn_norm(h))), with ffn_norm(h) for the feed-forward block
-  backend_.rms_norm(x_, w.attn_norm, rows, config_.n_embd, config_.rms_eps, xn_);
+  // h += post_attention_norm(attention(attn_norm(h))), with ffn_norm(h) for the feed-forward block; a layer
+  // after the first finds attn_norm(h) in xn_, made by the last residual step of the layer before.
+  if (il == 0) backend_.rms_norm(x_, w.attn_norm, rows, config_.n_embd, config_.rms_eps, xn_);
   attention(il, n);
   backend_.add_rms_norm(x_, block_, w.post_attention_norm, rows, config_.n_embd, config_.rms_eps, w.ffn_norm, xn_);
   // h += post_ffw_norm(ffn(ffn_norm(h)))
   feed_forward(il, n);
-  backend_.add_rms_norm(x_, block_, w.post_ffw_norm, rows, config_.n_embd, config_.rms_eps);
-  if (config_.n_embd_per_layer > 0) per_layer_embedding(il, n);
-  if (w.output_scale != 1.0f) backend_.scale(x_, w.output_scale, rows * config_.n_embd);
+  if (config_.n_embd_per_layer > 0) {
+    backend_.add_rms_norm(x_, block_, w.post_ffw_norm, rows, config_.n_embd, config_.rms_eps);
+    per_layer_embedding(il, n);
+  } else {
+    last_residual_step(il, n, w.post_ffw_norm);
+  }
+}
+
+// h = (h + RMSNorm(block) * post_norm) * output_scale, the layer's last step, which also makes the next layer's
+// attention input attn_norm(h).
+void GemmaForward::last_residual_step(int32_t il, int32_t n, const float* post_norm) {
+  const bool last_layer = il + 1 == config_.n_layer;
+  backend_.add_rms_norm(x_, block_, post_norm, n, config_.n_embd, config_.rms_eps,
+                        last_layer ? nullptr : weights_.layers[il + 1].attn_norm, last_layer ? nullptr : xn_,
+                        weights_.layers[il].output_scale);
 }
 
 RopeParams GemmaForward::rope_params(const LayerConfig& l) const {
@@ -192,14 +205,14 @@ void GemmaForward::feed_forward(int32_t il, int32_t n) {
   backend_.matmul(w.ffn_down, gate_, n, block_);
 }
 
-// Gemma 4: h += RMSNorm(W_proj (gelu_tanh(W_gate h) * pli[il])) * post_norm
+// Gemma 4: h += RMSNorm(W_proj (gelu_tanh(W_gate h) * pli[il])) * post_norm (then the layer output scale)
 void GemmaForward::per_layer_embedding(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t P = config_.n_embd_per_layer;
   const GatedProduct gate{.gate = w.ple_inp_gate, .mul = ple_ + il * P, .mul_stride = int64_t(config_.n_layer) * P};
   backend_.gated_matmul(x_, n, gate, gate_);
   backend_.matmul(w.ple_proj, gate_, n, block_);
-  backend_.add_rms_norm(x_, block_, w.ple_post_norm, n, config_.n_embd, config_.rms_eps);
+  last_residual_step(il, n, w.ple_post_norm);
 }
 
 // logits = softcap(token_embd · output_norm(h)) for the kept rows, logit_rows_ at a time, so that the

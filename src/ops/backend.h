@@ -126,12 +126,14 @@ class Backend {
   // y[r] = x[r] / sqrt(mean(x[r]^2) + eps) * weight (weight may be null: no weight); y may equal x.
   virtual void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) = 0;
   // The residual step after a block: x += rms_norm(r) * r_weight, r overwritten with rms_norm(r) * r_weight;
-  // then, when next is set, next = rms_norm(x) * next_weight (the following block's input). x, r, next:
-  // [n_rows][dim]. Each result equals what the ops one by one (rms_norm, add, rms_norm) write.
+  // x then scaled by x_scale (Gemma 4's layer output scale); then, when next is set, next = rms_norm(x) *
+  // next_weight (the following block's input). x, r, next: [n_rows][dim]. Each result equals what the ops one
+  // by one (rms_norm, add, scale unless x_scale is 1, rms_norm) write.
   virtual void add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
-                            const float* next_weight = nullptr, float* next = nullptr) {
+                            const float* next_weight = nullptr, float* next = nullptr, float x_scale = 1.0f) {
     rms_norm(r, r_weight, n_rows, dim, eps, r);
     add(x, r, n_rows * dim);
+    if (x_scale != 1.0f) scale(x, x_scale, n_rows * dim);
     if (next) rms_norm(x, next_weight, n_rows, dim, eps, next);
   }
   // In place on x[n_tokens][n_heads][head_dim]; token t is at position first_position + t.

@@ -108,11 +108,11 @@ class LockstepBackend final : public Backend {
     l_.compare_and_force("rms_norm dim " + std::to_string(dim), y, size_t(n_rows * dim));
   }
   void add_rms_norm(float* x, float* r, const float* r_weight, int64_t n_rows, int64_t dim, float eps,
-                    const float* next_weight, float* next) override {
+                    const float* next_weight, float* next, float x_scale) override {
     ref_.add_rms_norm(l_.reference_of(x), l_.reference_of(r), r_weight ? l_.reference_of(r_weight) : nullptr,
                       n_rows, dim, eps, next_weight ? l_.reference_of(next_weight) : nullptr,
-                      next ? l_.reference_of(next) : nullptr);
-    test_.add_rms_norm(x, r, r_weight, n_rows, dim, eps, next_weight, next);
+                      next ? l_.reference_of(next) : nullptr, x_scale);
+    test_.add_rms_norm(x, r, r_weight, n_rows, dim, eps, next_weight, next, x_scale);
     const size_t n = size_t(n_rows * dim);
     const std::string what = "add_rms_norm dim " + std::to_string(dim);
     l_.compare_and_force(what + " (block)", r, n);

@@ -110,7 +110,8 @@ TEST_F(CudaOps, RmsNormMatchesDoublePrecisionReference) {
   }
 }
 
-// x += (r = rms_norm(r) * r_weight), then next = rms_norm(x) * next_weight, against double precision.
+// x = (x + (r = rms_norm(r) * r_weight)) * x_scale, then next = rms_norm(x) * next_weight, against double
+// precision; the weighted cases take a layer output scale other than 1.
 TEST_F(CudaOps, AddRmsNormMatchesDoublePrecisionReference) {
   for (int64_t dim : {64, 640, 1001, 1536, 5376, 10240}) {
     for (bool with_next : {true, false}) {
@@ -120,6 +121,7 @@ TEST_F(CudaOps, AddRmsNormMatchesDoublePrecisionReference) {
         const uint32_t seed = uint32_t(dim) * 4 + with_next * 2 + with_weights;
         const std::vector<float> x = random_floats(rows * dim, seed), r = random_floats(rows * dim, seed + 1000, -9, 9);
         const std::vector<float> rw = random_floats(dim, 98, 0.5f, 1.5f), nw = random_floats(dim, 99, 0.5f, 1.5f);
+        const float x_scale = with_weights ? 0.71f : 1.0f;
         std::vector<double> want_r(x.size()), want_x(x.size()), want_next(x.size());
         for (int64_t row = 0; row < rows; ++row) {
           const int64_t o = row * dim;
@@ -127,7 +129,7 @@ TEST_F(CudaOps, AddRmsNormMatchesDoublePrecisionReference) {
           double x_squares = 0;
           for (int64_t i = 0; i < dim; ++i) {
             want_r[o + i] = r[o + i] * inv * (with_weights ? rw[i] : 1.0);
-            want_x[o + i] = x[o + i] + want_r[o + i];
+            want_x[o + i] = (x[o + i] + want_r[o + i]) * x_scale;
             x_squares += want_x[o + i] * want_x[o + i];
           }
           const double x_inv = 1.0 / std::sqrt(x_squares / double(dim) + eps);
@@ -137,7 +139,7 @@ TEST_F(CudaOps, AddRmsNormMatchesDoublePrecisionReference) {
         float* dr = upload(r);
         float* dnext = poisoned(x.size());
         backend_->add_rms_norm(dx, dr, with_weights ? upload(rw) : nullptr, rows, dim, eps,
-                               with_weights ? upload(nw) : nullptr, with_next ? dnext : nullptr);
+                               with_weights ? upload(nw) : nullptr, with_next ? dnext : nullptr, x_scale);
         SCOPED_TRACE("dim " + std::to_string(dim) + (with_next ? " with next" : "") + (with_weights ? " weighted" : ""));
         expect_near_relative(download(dr, x.size()), want_r, 2e-6);
         expect_near_relative(download(dx, x.size()), want_x, 4e-6);

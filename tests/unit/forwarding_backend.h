@@ -29,8 +29,8 @@ class ForwardingBackend : public Backend {
   void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y) override { inner_->matmul(w, x, n, y); }
   void matmuls(const float* x, int64_t n, std::span<const MatmulTarget> t) override { inner_->matmuls(x, n, t); }
   void add_rms_norm(float* x, float* r, const float* rw, int64_t rows, int64_t dim, float eps, const float* nw,
-                    float* next) override {
-    inner_->add_rms_norm(x, r, rw, rows, dim, eps, nw, next);
+                    float* next, float x_scale) override {
+    inner_->add_rms_norm(x, r, rw, rows, dim, eps, nw, next, x_scale);
   }
   void rms_norm_rope(float* x, const float* w, float eps, int64_t n, int32_t h, int32_t d, int32_t p,
                      const RopeParams& r) override {
