@@ -22,7 +22,7 @@ using formats::kv_codec_info;
 // Context
 
 AttentionContext::AttentionContext(cudaStream_t stream)
-    : stream_(stream), prepared_(stream), partial_acc_(stream), partial_state_(stream) {
+    : stream_(stream), prepared_(stream), partial_acc_(stream), partial_state_(stream), split_counters_(stream) {
   int device = 0, multiprocessors = 0, max_shared = 0;
   SPARROW_CUDA_CHECK(cudaGetDevice(&device));
   SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
@@ -141,6 +141,31 @@ void spread_short_contexts(const AttentionContext& ctx, flash::Params& p) {
   }
 }
 
+// Whether attention is one launch: the flash kernel's CTAs prepare their own queries and the last CTA of each
+// row block merges its splits (flash_kernel.cuh), saving prepare_query_kernel's and merge_kernel's launches. Each
+// CTA of a row block prepares all its rows, so this pays when a row block has few CTAs and rows: the split count
+// times the rows per CTA bounds both the repeated preparing and the partials one CTA merges. Long decode contexts,
+// split over hundreds of CTAs per row block, keep the two row kernels, which spread that work one CTA per row.
+constexpr int64_t kMaxOneLaunchPartials = 64;
+
+void choose_one_launch(AttentionContext& ctx, const AttentionArgs& a, flash::Params& p) {
+  p.one_launch = false;
+  p.one_launch_floats = 0;
+  p.splits_done = nullptr;
+  if (int64_t(p.n_splits) * p.rows_per_cta > kMaxOneLaunchPartials) return;
+  int prepare_scratch = 0, finish_scratch = 0;
+  with_device_codec(a.kv.k_codec, [&](auto k) { prepare_scratch = DeviceCodec<decltype(k)::value>::smem_floats(p.head_dim); });
+  with_device_codec(a.kv.v_codec, [&](auto v) { finish_scratch = DeviceCodec<decltype(v)::value>::smem_floats(p.head_dim); });
+  const flash::SharedLayout tiles(p.rows_per_cta, p.keys_per_tile, p.k_floats, p.v_floats);
+  const int prepare_floats = tiles.k_rows + p.head_dim + prepare_scratch;
+  const int merge_floats = flash::round_up4(p.rows_per_cta * p.n_splits) + p.v_floats + p.head_dim + finish_scratch;
+  const int floats = std::max(prepare_floats, merge_floats);
+  if (sizeof(float) * size_t(std::max(floats, tiles.total)) > ctx.max_shared_bytes()) return;
+  p.one_launch = true;
+  p.one_launch_floats = floats;
+  if (p.n_splits > 1) p.splits_done = ctx.split_counters(size_t(p.n_row_blocks) * p.n_heads / p.group);
+}
+
 flash::Params plan(AttentionContext& ctx, const AttentionArgs& a, const int32_t* first_position_at) {
   const int d = a.kv.head_dim;
   flash::Params p{};
@@ -168,6 +193,10 @@ flash::Params plan(AttentionContext& ctx, const AttentionArgs& a, const int32_t*
   const size_t n_rows = size_t(a.n_tokens) * a.n_heads;
   p.partial_acc = ctx.partial_accumulators(size_t(p.n_splits) * n_rows * p.v_floats);
   p.partial_state = reinterpret_cast<float2*>(ctx.partial_states(2 * size_t(p.n_splits) * n_rows));
+  p.q = a.q;
+  p.scale = a.scale;
+  p.out = a.out;
+  choose_one_launch(ctx, a, p);
   return p;
 }
 
@@ -185,7 +214,8 @@ void prepare_queries(const AttentionArgs& a, const flash::Params& p, float* prep
 
 void run_flash(const AttentionArgs& a, const flash::Params& p, cudaStream_t stream) {
   const int64_t n_ctas = int64_t(p.n_splits) * p.n_row_blocks * a.kv.n_kv_heads;
-  const size_t shared = flash::SharedLayout(p.rows_per_cta, p.keys_per_tile, p.k_floats, p.v_floats).bytes();
+  const size_t shared = std::max(flash::SharedLayout(p.rows_per_cta, p.keys_per_tile, p.k_floats, p.v_floats).bytes(),
+                                 sizeof(float) * size_t(p.one_launch_floats));
   using Launch = void (*)(KvCodec, KvCodec, const flash::Params&, unsigned, size_t, cudaStream_t);
   static_assert(flash::kShards == 4, "one entry per flash_shard_*.cu");
   static constexpr Launch kLaunch[flash::kShards] = {flash::launch_shard<0>, flash::launch_shard<1>,
@@ -212,6 +242,10 @@ void attention(AttentionContext& ctx, const AttentionArgs& args, const int32_t* 
   check(args);
   if (args.n_tokens == 0) return;
   flash::Params p = plan(ctx, args, first_position_at);
+  if (p.one_launch) {
+    run_flash(args, p, ctx.stream());
+    return;
+  }
   float* prepared = ctx.prepared_queries(size_t(args.n_tokens) * args.n_heads * p.k_floats);
   p.prepared = prepared;
   prepare_queries(args, p, prepared, ctx.stream());
@@ -223,8 +257,9 @@ AttentionLaunch plan_attention(AttentionContext& ctx, const AttentionArgs& args)
   check(args);
   if (args.n_tokens == 0) return {};
   const flash::Params p = plan(ctx, args, nullptr);
-  return {p.n_splits, p.rows_per_cta, ctx.prepared_queries(size_t(args.n_tokens) * args.n_heads * p.k_floats), p.partial_acc,
-          p.partial_state};
+  const void* prepared =
+      p.one_launch ? nullptr : ctx.prepared_queries(size_t(args.n_tokens) * args.n_heads * p.k_floats);
+  return {p.n_splits, p.rows_per_cta, prepared, p.partial_acc, p.partial_state, p.splits_done};
 }
 
 }  // namespace sparrow::cuda

@@ -13,7 +13,7 @@
 
 namespace sparrow::cuda {
 
-// Per-stream scratch for attention (prepared queries, split-K partial results), grown on demand
+// Per-stream scratch for attention (prepared queries, split-K partial results and their counters), grown on demand
 // (device_scratch.h).
 class AttentionContext {
  public:
@@ -29,12 +29,14 @@ class AttentionContext {
   float* prepared_queries(size_t n) { return prepared_.get<float>(n); }
   float* partial_accumulators(size_t n) { return partial_acc_.get<float>(n); }
   float* partial_states(size_t n) { return partial_state_.get<float>(n); }
+  // At least n counters, zero before the first kernel that uses them; the kernels leave them zero.
+  int32_t* split_counters(size_t n) { return split_counters_.zeroed<int32_t>(n); }
 
  private:
   cudaStream_t stream_;
   int multiprocessors_ = 0;
   size_t max_shared_bytes_ = 0;
-  DeviceScratch prepared_, partial_acc_, partial_state_;
+  DeviceScratch prepared_, partial_acc_, partial_state_, split_counters_;
 };
 
 // Encodes K and V rows ([n_tokens][n_kv_heads][head_dim], device memory) for positions first_position.. into
@@ -56,9 +58,10 @@ void attention(AttentionContext& ctx, const AttentionArgs& args, const int32_t* 
 struct AttentionLaunch {
   int32_t n_splits = 0;
   int32_t rows_per_cta = 0;
-  const void* prepared = nullptr;
+  const void* prepared = nullptr;        // null when the flash kernel prepares its queries itself
   const void* partial_acc = nullptr;
   const void* partial_state = nullptr;
+  const void* split_counters = nullptr;  // null unless the flash kernel's CTAs merge several splits
 };
 AttentionLaunch plan_attention(AttentionContext& ctx, const AttentionArgs& args);
 

@@ -246,7 +246,8 @@ void CudaBackend::attention(const AttentionArgs& args) {
   // a graph holds.
   const cuda::AttentionLaunch plan = cuda::plan_attention(*attention_, args);
   describe(args.kv);
-  recorder_->describe(plan.n_splits, plan.rows_per_cta, plan.prepared, plan.partial_acc, plan.partial_state);
+  recorder_->describe(plan.n_splits, plan.rows_per_cta, plan.prepared, plan.partial_acc, plan.partial_state,
+                      plan.split_counters);
   if (record(Op::Attention, args.q, args.out, args.n_tokens, args.n_heads, args.sliding_window, args.scale))
     cuda::attention(*attention_, args, position);
 }

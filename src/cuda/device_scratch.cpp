@@ -19,7 +19,7 @@ DeviceScratch::~DeviceScratch() {
   if (data_ != nullptr) cudaFree(data_);
 }
 
-void* DeviceScratch::bytes(size_t n) {
+void* DeviceScratch::bytes(size_t n, bool zero) {
   if (n <= size_ && data_ != nullptr) return data_;
   // Grown by half again, so that a context growing token by token does not reallocate every step.
   const size_t size = std::max(n, size_ + size_ / 2);
@@ -35,6 +35,8 @@ void* DeviceScratch::bytes(size_t n) {
     retired_.clear();
   }
   SPARROW_CUDA_CHECK(cudaMalloc(&data_, size));
+  // Stream-ordered, so that it also lands in a graph being recorded (where it zeroes what is zero already).
+  if (zero) SPARROW_CUDA_CHECK(cudaMemsetAsync(data_, 0, size, stream_));
   size_ = size;
   g_moves.fetch_add(1, std::memory_order_relaxed);
   return data_;

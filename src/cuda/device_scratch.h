@@ -25,12 +25,18 @@ class DeviceScratch {
     return static_cast<T*>(bytes(n * sizeof(T)));
   }
 
+  // At least n elements of T, all zero when the buffer is new (its users must leave them zero).
+  template <class T>
+  T* zeroed(size_t n) {
+    return static_cast<T*>(bytes(n * sizeof(T), true));
+  }
+
   // How many times any DeviceScratch of the process has moved to a new buffer: a CUDA graph that holds scratch
   // addresses is stale once this changes.
   static uint64_t moves();
 
  private:
-  void* bytes(size_t n);
+  void* bytes(size_t n, bool zero = false);
 
   cudaStream_t stream_;
   void* data_ = nullptr;

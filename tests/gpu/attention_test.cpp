@@ -312,6 +312,45 @@ TEST(CudaAttention, EveryCodecMatchesReference) {
   }
 }
 
+// Attention is one launch when a row block has few CTAs (attention.cu, choose_one_launch): each CTA prepares its
+// own queries and the last to finish merges the splits; otherwise prepare_query_kernel and merge_kernel run
+// around the flash kernel. Both ways with every codec on either side: on a GPU of 132 multiprocessors a decode at
+// depth 1000 takes the first (31 splits of one row) and one at 3000 the second (66 splits of two rows). Each call
+// runs twice on one context: the first way's split counters must be left at zero.
+TEST(CudaAttention, OneLaunchAndThreeLaunchesMatchReferenceForEveryCodec) {
+  SPARROW_REQUIRE_GPU();
+  const Shape shapes[] = {{1, 1000}, {1, 3000}};
+  bool one_launch = false, three_launches = false;
+  uint32_t seed = 13;
+  std::vector<std::pair<KvCodec, KvCodec>> pairs;
+  for (const auto& info : kv_codecs()) {
+    pairs.emplace_back(info.codec, value_codec_for(info.codec));
+    if (!info.keys_only) pairs.emplace_back(KvCodec::F16, info.codec);
+  }
+  for (const auto& [k_codec, v_codec] : pairs)
+    for (int d : {128, 512})
+      for (const Shape& shape : shapes) {
+        const Case c{k_codec, v_codec, d, {8, 2}, shape};
+        SCOPED_TRACE(c.describe());
+        const Inputs in(c, seed += 3);
+        Stream stream;
+        DeviceBuffer<float> q_dev(in.q), out_dev(in.q.size());
+        DeviceBuffer<uint8_t> k_dev(in.k.bytes), v_dev(in.v.bytes);
+        sparrow::cuda::AttentionContext ctx(stream.get());
+        const AttentionArgs args = attention_args(c, q_dev.get(), out_dev.get(), k_dev.get(), v_dev.get());
+        const sparrow::cuda::AttentionLaunch plan = sparrow::cuda::plan_attention(ctx, args);
+        ASSERT_GT(plan.n_splits, 1);
+        (plan.prepared == nullptr ? one_launch : three_launches) = true;
+        EXPECT_EQ(plan.prepared == nullptr, plan.split_counters != nullptr);
+        for (int run = 0; run < 2; ++run) {
+          sparrow::cuda::attention(ctx, args);
+          stream.sync();
+          expect_output_matches(c, in, out_dev.read());
+        }
+      }
+  EXPECT_TRUE(one_launch && three_launches) << "the shapes no longer exercise both ways";
+}
+
 // Every K codec with every V codec (both ported), once.
 TEST(CudaAttention, EveryCodecPairMatchesReference) {
   SPARROW_REQUIRE_GPU();

@@ -12,12 +12,16 @@
 //      running max and sum, leaving the tile's weights and the accumulator's rescaling factor;
 //   4. accumulate: each thread owns four consecutive accumulator columns of a few rows, in registers, and adds
 //      the weighted V rows.
-// At the end it writes its unnormalized accumulators and (max, sum) per row; merge_kernel (row_kernels.cuh) combines
-// the CTAs that split one row's keys and leaves the V basis. Decode has few rows, so its key range is split over
-// many CTAs (flash-decoding); prefill has many row blocks, and each CTA's key range is clipped to what its rows'
-// masks allow.
+// At the end it writes its unnormalized accumulators and (max, sum) per row. Around it, the queries enter the K
+// basis and the merged splits leave the V basis: with one_launch (a row block of few CTAs) in this kernel, each
+// CTA preparing its own queries and the CTA of the block that finishes last merging the splits; otherwise in
+// prepare_query_kernel and merge_kernel (row_kernels.cuh), one CTA per row. Decode has few rows, so its key
+// range is split over many CTAs (flash-decoding); prefill has many row blocks, and each CTA's key range is
+// clipped to what its rows' masks allow.
 #include <cstdint>
 
+#include "cuda/attention/row_kernels.cuh"
+#include "cuda/dependent_launch.cuh"
 #include "cuda/device_position.h"
 #include "cuda/kv/device_codec.cuh"
 
@@ -32,11 +36,17 @@ constexpr int kKeyRowPadding = 4;          // floats between K rows: float4 read
 
 // Everything the kernel needs, computed once on the host (attention.cu).
 struct Params {
-  const float* prepared;  // [n_tokens * n_heads][k_floats], scale folded in
+  const float* q;         // [n_tokens * n_heads][head_dim], read when one_launch
+  float scale;            // multiplies q.k
+  const float* prepared;  // [n_tokens * n_heads][k_floats], scale folded in (when not one_launch)
   const uint8_t* k_cache;
   const uint8_t* v_cache;
   float* partial_acc;     // [n_splits][n_tokens * n_heads][v_floats], unnormalized
   float2* partial_state;  // [n_splits][n_tokens * n_heads]: (running max, sum of exp) of each partial
+  float* out;             // [n_tokens * n_heads][head_dim], written here when one_launch
+  // With one_launch and several splits: per (KV head, row block), how many of its CTAs have written their
+  // partials; zero before the launch, and left zero by the last of them.
+  int32_t* splits_done;
   int64_t capacity;
   int64_t k_block_bytes, v_block_bytes;
   int64_t n_tokens;
@@ -45,7 +55,13 @@ struct Params {
   DevicePosition first_position;  // of the first query token
   int32_t sliding_window;
   int32_t rows_per_cta, keys_per_tile, n_row_blocks, n_splits;
+  // CTAs prepare their own queries (prepare_queries) and the last CTA of a row block merges its splits
+  // (merge_rows); otherwise prepare_query_kernel and merge_kernel run before and after this kernel.
+  bool one_launch;
+  int32_t one_launch_floats;  // host: the shared floats those two steps need (they reuse the tile arrays)
 };
+
+__host__ __device__ inline int round_up4(int n) { return (n + 3) / 4 * 4; }
 
 // Largest power of two p <= n (n >= 1).
 __host__ __device__ inline int floor_pow2(int n) {
@@ -66,7 +82,6 @@ struct SharedLayout {
   int queries, k_rows, v_rows, partial_scores, weights, row_max, row_sum, correction, total;
 
   __host__ __device__ SharedLayout(int rows, int keys, int k_floats, int v_floats) {
-    auto round4 = [](int n) { return (n + 3) / 4 * 4; };
     k_stride = k_floats + kKeyRowPadding;
     queries = 0;
     k_rows = queries + rows * k_floats;
@@ -76,9 +91,9 @@ struct SharedLayout {
     // row block of a call may have fewer rows and more slices, in the same allocation.
     weights = partial_scores + (rows > kThreads / keys ? rows : kThreads / keys) * keys;
     row_max = weights + rows * keys;
-    row_sum = row_max + round4(rows);
-    correction = row_sum + round4(rows);
-    total = correction + round4(rows);
+    row_sum = row_max + round_up4(rows);
+    correction = row_sum + round_up4(rows);
+    total = correction + round_up4(rows);
   }
   __host__ __device__ size_t bytes() const { return size_t(total) * sizeof(float); }
 };
@@ -86,6 +101,7 @@ struct SharedLayout {
 // The rows, KV head and key range one CTA serves.
 struct Work {
   int kv_head, split;
+  int64_t row_block;
   int64_t row_begin, row_end;  // rows of this KV head, numbered t * group + g
   int64_t key_begin, key_end;  // positions
 };
@@ -102,9 +118,9 @@ __device__ inline Work work_of_cta(const Params& p) {
   int64_t index = blockIdx.x;
   w.split = int(index % p.n_splits);
   index /= p.n_splits;
-  const int64_t row_block = index % p.n_row_blocks;
+  w.row_block = index % p.n_row_blocks;
   w.kv_head = int(index / p.n_row_blocks);
-  w.row_begin = row_block * p.rows_per_cta;
+  w.row_begin = w.row_block * p.rows_per_cta;
   w.row_end = min(w.row_begin + p.rows_per_cta, p.n_tokens * p.group);
   // Rows are token-major, so the first row sees the earliest first key and the last row the latest last key.
   const int64_t lo = first_visible_key(p, position_of_row(p, w.row_begin));
@@ -136,12 +152,29 @@ __device__ inline float dot4(float4 a, float4 b, float acc) {
   return fmaf(a.x, b.x, fmaf(a.y, b.y, fmaf(a.z, b.z, fmaf(a.w, b.w, acc))));
 }
 
+// The rows' prepared queries, from prepare_query_kernel's output.
 __device__ inline void load_queries(const Params& p, const Work& w, int rows, float* queries) {
   const int quads = p.k_floats / 4;
   for (int i = threadIdx.x; i < rows * quads; i += kThreads) {
     const int r = i / quads, c = i % quads;
     const float4* src = reinterpret_cast<const float4*>(p.prepared + output_row(p, w, w.row_begin + r) * p.k_floats);
     reinterpret_cast<float4*>(queries + r * p.k_floats)[c] = src[c];
+  }
+}
+
+// The rows' queries prepared here, as prepare_query_kernel writes them (scale * prepare_query(q)), staged
+// through the K rows array, which the first tile overwrites after a barrier.
+template <formats::KvCodec K>
+__device__ void prepare_queries(const Params& p, const Work& w, int rows, const SharedLayout& s, float* smem) {
+  float* query = smem + s.k_rows;
+  float* scratch = query + p.head_dim;
+  for (int r = 0; r < rows; ++r) {
+    const float* q = p.q + output_row(p, w, w.row_begin + r) * p.head_dim;
+    for (int i = threadIdx.x; i < p.head_dim; i += kThreads) query[i] = q[i];
+    __syncthreads();
+    float* prepared = smem + s.queries + r * p.k_floats;
+    DeviceCodec<K>::prepare_query(query, p.head_dim, prepared, scratch);  // ends with a barrier
+    for (int i = threadIdx.x; i < p.k_floats; i += kThreads) prepared[i] *= p.scale;
   }
 }
 
@@ -267,15 +300,59 @@ __device__ inline void write_partials(const Params& p, const Work& w, const Owne
         make_float2(smem[s.row_max + r], smem[s.row_sum + r]);
 }
 
+// Whether this CTA is the last of its row block's splits to have written its partials, so that it sees all of
+// them; that CTA sets the block's count back to zero for the next launch. Every thread gets the answer.
+__device__ inline bool last_of_row_block(const Params& p, const Work& w) {
+  __shared__ bool last;
+  if (p.n_splits == 1) {
+    __syncthreads();  // the partials this CTA wrote are visible to all its threads
+    return true;
+  }
+  __threadfence();  // this thread's partials are visible device-wide before the count says so
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    int32_t* done = p.splits_done + int64_t(w.kv_head) * p.n_row_blocks + w.row_block;
+    last = atomicAdd(done, 1) == p.n_splits - 1;
+    if (last) *done = 0;  // every other CTA of the block has counted itself already
+  }
+  __syncthreads();
+  if (last) __threadfence();  // the other CTAs' partials are read after their counts
+  return last;
+}
+
+// The rows' splits combined and taken out of the V basis into p.out (merge_row), the tile arrays reused:
+// split weights [rows][n_splits], then acc [v_floats], result [head_dim] and the codec's scratch.
+template <formats::KvCodec V>
+__device__ void merge_rows(const Params& p, const Work& w, int rows, float* smem) {
+  const int64_t n_rows = p.n_tokens * p.n_heads;
+  float* split_weight = smem;
+  float* acc = smem + round_up4(rows * p.n_splits);
+  float* result = acc + p.v_floats;
+  float* scratch = result + p.head_dim;
+  for (int r = threadIdx.x / 32; r < rows; r += kWarps)
+    rows::split_weights(p.partial_state, p.n_splits, n_rows, output_row(p, w, w.row_begin + r),
+                        split_weight + r * p.n_splits);
+  __syncthreads();
+  for (int r = 0; r < rows; ++r) {
+    rows::merge_row<V>(p.partial_acc, split_weight + r * p.n_splits, p.n_splits, n_rows,
+                       output_row(p, w, w.row_begin + r), p.head_dim, p.v_floats, acc, result, scratch, p.out);
+    __syncthreads();  // acc and result are the next row's
+  }
+}
+
 template <formats::KvCodec K, formats::KvCodec V>
 __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params p) {
+  allow_dependents();  // when it merges, the output projection's GEMV may start streaming its weights
   extern __shared__ float4 smem_quads[];
   float* smem = reinterpret_cast<float*>(smem_quads);
   const Work w = work_of_cta(p);
   const int rows = int(w.row_end - w.row_begin);
   const SharedLayout s(rows, p.keys_per_tile, p.k_floats, p.v_floats);
 
-  load_queries(p, w, rows, smem + s.queries);
+  if (p.one_launch)
+    prepare_queries<K>(p, w, rows, s, smem);
+  else
+    load_queries(p, w, rows, smem + s.queries);
   for (int r = threadIdx.x; r < rows; r += kThreads) {
     smem[s.row_max + r] = -INFINITY;
     smem[s.row_sum + r] = 0;
@@ -298,6 +375,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_kernel(const Params 
   }
   __syncthreads();
   write_partials(p, w, own, s, smem, acc);
+  if (p.one_launch && last_of_row_block(p, w)) merge_rows<V>(p, w, rows, smem);
 }
 
 }  // namespace sparrow::cuda::flash
