@@ -156,6 +156,15 @@ void CudaBackend::gated_matmul(const float* x, int64_t n_tokens, const GatedProd
   if (record(Op::GatedMatmul, x, n_tokens, y)) cuda::matmul_int8_gated(*matmul_, gelu_table_, p, x, n_tokens, y);
 }
 
+// One launch where the decode GEMV runs the residual step (matmul_int8_fuses_residual), else the ops one by one.
+void CudaBackend::matmul_residual(const WeightMatrix& w, const float* in, int64_t n_tokens, float* r,
+                                  const ResidualStep& step) {
+  if (!cuda::matmul_int8_fuses_residual(w, n_tokens, r, step)) return Backend::matmul_residual(w, in, n_tokens, r, step);
+  describe(w);
+  recorder_->describe(step.x, step.r_weight, step.eps, step.next_weight, step.next, step.x_scale);
+  if (record(Op::MatmulResidual, in, n_tokens, r)) cuda::matmul_int8_residual(*matmul_, w, in, n_tokens, r, step);
+}
+
 void CudaBackend::embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) {
   if (n_ids <= 0) return;
   for (int64_t r = 0; r < n_ids; ++r)

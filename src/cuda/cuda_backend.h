@@ -67,6 +67,8 @@ class CudaBackend final : public Backend {
   // The input converted once for all targets; targets of one block type and input length in one GEMV launch.
   void matmuls(const float* x, int64_t n_tokens, std::span<const MatmulTarget> targets) override;
   void gated_matmul(const float* x, int64_t n_tokens, const GatedProduct& p, float* y) override;
+  void matmul_residual(const WeightMatrix& w, const float* in, int64_t n_tokens, float* r,
+                       const ResidualStep& step) override;
   // ids are host memory; they are checked against the vocabulary and copied to the device.
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float scale, float* out) override;
   void rms_norm(const float* x, const float* weight, int64_t n_rows, int64_t dim, float eps, float* y) override;
@@ -97,7 +99,7 @@ class CudaBackend final : public Backend {
  private:
   // The ops, as they describe themselves to the pass recorder.
   enum class Op : uint8_t {
-    Matmul, Matmuls, GatedMatmul, Embed, RmsNorm, AddRmsNorm, Rope, RmsNormRope, GeluMul, Add, Scale, Softcap, Copy, MulRows,
+    Matmul, Matmuls, GatedMatmul, MatmulResidual, Embed, RmsNorm, AddRmsNorm, Rope, RmsNormRope, GeluMul, Add, Scale, Softcap, Copy, MulRows,
     MeanRows, KvStore, Attention
   };
 

@@ -11,6 +11,7 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/elementwise.h"
 #include "cuda/gelu.cuh"
+#include "cuda/row_math.cuh"
 #include "util/error.h"
 
 namespace sparrow::cuda {
@@ -18,9 +19,6 @@ namespace {
 
 constexpr int kElementwiseThreads = 256;
 constexpr int kBlocksPerMultiprocessor = 8;  // enough resident blocks to hide memory latency
-constexpr int kMaxRowThreads = 512;
-
-bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 // Blocks for a grid-stride loop over `work` items: one item per thread where that takes few blocks, otherwise
 // as many blocks as the device keeps resident.
@@ -29,16 +27,6 @@ unsigned grid_for(const LaunchTarget& target, int64_t work, int threads) {
   const int64_t resident = int64_t(target.multiprocessors) * kBlocksPerMultiprocessor;
   return unsigned(std::clamp<int64_t>(wanted, 1, resident));
 }
-
-// Threads for a kernel that gives one block to a row of `row_items` (floats or float4s): a whole number of
-// warps, at most kMaxRowThreads.
-int row_threads(int64_t row_items) {
-  const int64_t warps = (row_items + 31) / 32;
-  return int(std::clamp<int64_t>(warps * 32, 32, kMaxRowThreads));
-}
-
-__device__ float4 load4(const float* p, int64_t i) { return reinterpret_cast<const float4*>(p)[i]; }
-__device__ void store4(float* p, int64_t i, float4 v) { reinterpret_cast<float4*>(p)[i] = v; }
 
 // ---- element-wise maps --------------------------------------------------------------------------------------
 
@@ -115,11 +103,6 @@ struct GeluTimes {
 
 // ---- block reductions ---------------------------------------------------------------------------------------
 
-__device__ float warp_sum(float v) {
-  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
 // The sum of v over the block (blockDim.x a multiple of 32), as a tree: pairwise within each warp, then over
 // the warps' sums; every thread gets it.
 __device__ float block_sum(float v) {
@@ -172,10 +155,6 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t dim
   }
 }
 
-// x + y, rounded once: never contracted into an FMA with the product that made y (the CPU adds in a separate
-// op, so a fused multiply-add would round differently from it).
-__device__ float add_rounded(float x, float y) { return __fadd_rn(x, y); }
-
 // The residual step (elementwise.h), one block per row: r's sum of squares, then r normalized in place and
 // added to x while x's new sum of squares is taken, then x normalized into next. Each thread writes only the
 // elements it read, so the passes need no synchronization beyond the block sums.
@@ -204,33 +183,9 @@ __global__ void add_rms_norm_kernel(float* x, float* r, const float* r_weight, i
 // The row kernels below hold a row in registers, as float4s, when it fits: every input is then loaded once, up
 // front, so a row costs one memory round trip instead of one per pass. A decode step runs these on one row at a
 // time, where the latency of each pass, not bandwidth, is the cost.
-constexpr int kResidentQuads = 4;  // float4s of a row per thread
-
-// Whether rows of dim floats at these addresses can be held in registers by row_threads(dim / 4) threads.
-bool row_fits_registers(int64_t dim, std::initializer_list<const void*> pointers) {
-  if (dim % 4 != 0 || dim / 4 > int64_t(kMaxRowThreads) * kResidentQuads) return false;
-  for (const void* p : pointers)
-    if (p != nullptr && !aligned16(p)) return false;
-  return true;
-}
-
-__device__ float squares4(float4 v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
-__device__ float4 scale4(float4 v, float s) { return make_float4(v.x * s, v.y * s, v.z * s, v.w * s); }
-__device__ float4 times4(float4 v, float4 w) { return make_float4(v.x * w.x, v.y * w.y, v.z * w.z, v.w * w.w); }
-// v * inv, times weight[4 i .. 4 i + 3] where there is a weight: a normalized float4 of a row.
-__device__ float4 normalized4(float4 v, float inv, const float* weight, int64_t i) {
-  return weight ? times4(scale4(v, inv), load4(weight, i)) : scale4(v, inv);
-}
 // 1 / rms of a row from each thread's share of its sum of squares (block_sum: every thread of the block calls it).
 __device__ float inverse_rms(float squares, int64_t dim, float eps) {
-  return 1.0f / sqrtf(block_sum(squares) / float(dim) + eps);
-}
-__device__ float4 add_rounded4(float4 a, float4 b) {
-  return make_float4(add_rounded(a.x, b.x), add_rounded(a.y, b.y), add_rounded(a.z, b.z), add_rounded(a.w, b.w));
-}
-// The layer output scale as scale() applies it: one rounded product (exact for 1), never fused into an add.
-__device__ float4 scale_rounded4(float4 v, float s) {
-  return make_float4(__fmul_rn(v.x, s), __fmul_rn(v.y, s), __fmul_rn(v.z, s), __fmul_rn(v.w, s));
+  return inverse_rms_of(block_sum(squares), dim, eps);
 }
 
 // rms_norm with the row in registers (row_fits_registers): y may equal x.

@@ -226,6 +226,7 @@ MatmulContext::MatmulContext(cudaStream_t stream)
       activation_bits(stream),
       activation_scales(stream),
       activation_sums(stream),
+      residual_counts(stream),
       stream_(stream) {
   SPARROW_CUBLAS_CHECK(cublasCreate(&cublas_));
   const cublasStatus_t status = cublasSetStream(cublas_, stream_);

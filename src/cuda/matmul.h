@@ -42,6 +42,7 @@ class MatmulContext {
   cudaStream_t stream() const { return stream_; }
   cublasHandle_t cublas() const { return cublas_; }
   DeviceScratch activations, activation_bits, activation_scales, activation_sums;
+  DeviceScratch residual_counts;  // the decode GEMV's CTAs done, for its residual step (matmul_int8_residual)
 
  private:
   cudaStream_t stream_;

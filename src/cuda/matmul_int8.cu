@@ -44,7 +44,9 @@
 #include "cuda/cuda_check.h"
 #include "cuda/dependent_launch.cuh"
 #include "cuda/gelu.cuh"
+#include "cuda/last_cta.cuh"
 #include "cuda/quantize_units.cuh"
+#include "cuda/row_math.cuh"
 #include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
 #include "formats/weight_int8.h"
@@ -380,12 +382,15 @@ __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const in
 
 // What a GEMV launch writes for an output (GatedProduct): the row's sum; or, with a gelu table, gelu(sum) times
 // the paired matrix's sum for the same row (paired: the launch's two matrices, gate then up, walked a row of
-// each at a time by one warp, written to the first's y) or times mul[t * mul_stride + row].
+// each at a time by one warp, written to the first's y) or times mul[t * mul_stride + row]. With residual_done,
+// the CTA that finishes last then runs the residual step (Backend::matmul_residual) on the one matrix's y.
 struct GemvEpilogue {
   const uint16_t* gelu_table = nullptr;  // null: the plain sum
   bool paired = false;
   const float* mul = nullptr;
   int64_t mul_stride = 0;
+  int32_t* residual_done = nullptr;  // zero before the launch, and after it (last_cta_to_finish)
+  ResidualRows residual{};
 };
 
 // The matrices of one GEMV launch (all of one type and n_in, multiplied with the same activations): rows
@@ -536,6 +541,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   const int items = gemv_items(matrices), item_stride = int(gridDim.x) * kGemvWarps;
   const int first_item = int(blockIdx.x) * kGemvWarps + warp;
   const bool has_rows = first_item < items;
+  const bool residual = matrices.epilogue.residual_done != nullptr;  // every thread stays to the end
   const int n_units = n_in / kUnitElements<T>;
   const int steps_per_row = (n_units + kGemvUnits<T> - 1) / kGemvUnits<T>;
   const int n_steps =
@@ -565,7 +571,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   // Only the weights (which nothing writes) are touched above: with a dependent launch they stream in while the
   // kernel before this one finishes writing the activations.
   wait_for_predecessor();
-  if (!kQuantizes && !has_rows) return;  // warps never synchronize with each other, but for the prologue
+  // Warps never synchronize with each other, but for the prologue and the residual step.
+  if (!kQuantizes && !has_rows && !residual) return;
   // The activations, quantized here while the first steps' copies are in flight.
   const int8_t* __restrict__ xq = activations.q;
   const float* __restrict__ x_scale = activations.scale;
@@ -578,7 +585,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     quantize_units<formats::find_weight_format(T)->activation>(
         activations.x, n / 32, ActivationOutputs{.q = q, .scale = scale, .sum32 = sum32}, threadIdx.x, blockDim.x);
     __syncthreads();
-    if (!has_rows) return;
+    if (!has_rows && !residual) return;
     xq = q, x_scale = scale, x_sum32 = sum32;
   }
 
@@ -629,6 +636,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
       if (lane == 0) y[int64_t(t) * n_out + at.row] = out;
     }
   }
+  if (residual && last_cta_to_finish(epilogue.residual_done, int(gridDim.x)))
+    residual_step_by_cta(epilogue.residual, n_tokens);
 }
 
 // CTAs of gemv_int8_kernel<T, kQuantizes> with up to `shared_bytes` of dynamic shared memory (at most
@@ -827,6 +836,34 @@ bool matmul_int8_fuses(const GatedProduct& p, int64_t n_tokens) {
   if (!matmul_int8_quantizes(g.type, g.n_in, n_tokens)) return false;
   if (p.up) return p.up->type == g.type && p.up->n_in == g.n_in && p.up->n_out == g.n_out;
   return p.mul != nullptr;
+}
+
+bool matmul_int8_fuses_residual(const WeightMatrix& w, int64_t n_tokens, const float* r, const ResidualStep& step) {
+  return matmul_int8_quantizes(w.type, w.n_in, n_tokens) && w.n_out <= INT_MAX &&
+         row_fits_registers(w.n_out, {step.x, r, step.r_weight, step.next_weight, step.next});
+}
+
+void matmul_int8_residual(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens, float* r,
+                          const ResidualStep& step) {
+  if (!matmul_int8_fuses_residual(w, n_tokens, r, step)) {
+    throw Error("cuda::matmul_int8_residual: this product (" + std::string(tensor_type_name(w.type)) + ", " +
+                std::to_string(n_tokens) + " tokens, " + std::to_string(w.n_out) +
+                " outputs) is not one the GEMV fuses (matmul_int8_fuses_residual)");
+  }
+  if (x == nullptr || step.x == nullptr) throw Error("cuda::matmul_int8_residual: null activations or residual");
+  GemvEpilogue epilogue;
+  epilogue.residual_done = ctx.residual_counts.zeroed<int32_t>(1);
+  epilogue.residual = ResidualRows{.x = step.x,
+                                   .r = r,
+                                   .r_weight = step.r_weight,
+                                   .next_weight = step.next_weight,
+                                   .next = step.next,
+                                   .dim = int(w.n_out),
+                                   .eps = step.eps,
+                                   .x_scale = step.x_scale};
+  const MatmulTarget target{w, r};
+  launch_for_type(ctx, std::span(&target, 1), GemvActivations{.x = x, .q = nullptr, .scale = nullptr, .sum32 = nullptr},
+                  n_tokens, epilogue);
 }
 
 void matmul_int8_gated(MatmulContext& ctx, const uint16_t* gelu_table, const GatedProduct& p, const float* x,

@@ -67,4 +67,15 @@ bool matmul_int8_fuses(const GatedProduct& p, int64_t n_tokens);
 void matmul_int8_gated(MatmulContext& ctx, const uint16_t* gelu_table, const GatedProduct& p, const float* x,
                        int64_t n_tokens, float* y);
 
+// Whether matmul_int8_residual takes this product: the decode GEMV quantizes its activations
+// (matmul_int8_quantizes) and add_rms_norm holds rows of w.n_out floats at these addresses in registers (the
+// kernel whose bits the residual step reproduces).
+bool matmul_int8_fuses_residual(const WeightMatrix& w, int64_t n_tokens, const float* r, const ResidualStep& step);
+
+// Backend::matmul_residual in one launch of the decode GEMV, from the float activations x as above: r = w x,
+// then the CTA that finishes last runs the residual step on r, with the bits of matmul_int8 followed by
+// add_rms_norm. Throws as above, and where matmul_int8_fuses_residual is false.
+void matmul_int8_residual(MatmulContext& ctx, const WeightMatrix& w, const float* x, int64_t n_tokens, float* r,
+                          const ResidualStep& step);
+
 }  // namespace sparrow::cuda

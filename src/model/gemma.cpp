@@ -120,29 +120,37 @@ void GemmaForward::per_layer_inputs(const int32_t* tokens, int32_t n) {
 
 void GemmaForward::layer(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
-  const int64_t rows = n;
-  // h += post_attention_norm(attention(attn_norm(h))), with ffn_norm(h) for the feed-forward block; a layer
+  // h += post_attention_norm(W_o attention(attn_norm(h))), with ffn_norm(h) for the feed-forward block; a layer
   // after the first finds attn_norm(h) in xn_, made by the last residual step of the layer before.
-  if (il == 0) backend_.rms_norm(x_, w.attn_norm, rows, config_.n_embd, config_.rms_eps, xn_);
+  if (il == 0) backend_.rms_norm(x_, w.attn_norm, n, config_.n_embd, config_.rms_eps, xn_);
   attention(il, n);
-  backend_.add_rms_norm(x_, block_, w.post_attention_norm, rows, config_.n_embd, config_.rms_eps, w.ffn_norm, xn_);
-  // h += post_ffw_norm(ffn(ffn_norm(h)))
+  backend_.matmul_residual(w.attn_output, attn_, n, block_, residual_step(w.post_attention_norm, w.ffn_norm));
+  // h += post_ffw_norm(W_down GeGLU(ffn_norm(h)))
   feed_forward(il, n);
   if (config_.n_embd_per_layer > 0) {
-    backend_.add_rms_norm(x_, block_, w.post_ffw_norm, rows, config_.n_embd, config_.rms_eps);
+    backend_.matmul_residual(w.ffn_down, gate_, n, block_, residual_step(w.post_ffw_norm));
     per_layer_embedding(il, n);
   } else {
-    last_residual_step(il, n, w.post_ffw_norm);
+    last_residual_step(il, n, w.ffn_down, w.post_ffw_norm);
   }
 }
 
-// h = (h + RMSNorm(block) * post_norm) * output_scale, the layer's last step, which also makes the next layer's
+// h += RMSNorm(block) * post_norm, then next_norm(h) into xn_ when there is a next norm.
+ResidualStep GemmaForward::residual_step(const float* post_norm, const float* next_norm) const {
+  return {.x = x_,
+          .r_weight = post_norm,
+          .eps = config_.rms_eps,
+          .next_weight = next_norm,
+          .next = next_norm ? xn_ : nullptr};
+}
+
+// h = (h + RMSNorm(W gate_) * post_norm) * output_scale, the layer's last step, which also makes the next layer's
 // attention input attn_norm(h).
-void GemmaForward::last_residual_step(int32_t il, int32_t n, const float* post_norm) {
+void GemmaForward::last_residual_step(int32_t il, int32_t n, const WeightMatrix& w, const float* post_norm) {
   const bool last_layer = il + 1 == config_.n_layer;
-  backend_.add_rms_norm(x_, block_, post_norm, n, config_.n_embd, config_.rms_eps,
-                        last_layer ? nullptr : weights_.layers[il + 1].attn_norm, last_layer ? nullptr : xn_,
-                        weights_.layers[il].output_scale);
+  ResidualStep step = residual_step(post_norm, last_layer ? nullptr : weights_.layers[il + 1].attn_norm);
+  step.x_scale = weights_.layers[il].output_scale;
+  backend_.matmul_residual(w, gate_, n, block_, step);
 }
 
 RopeParams GemmaForward::rope_params(const LayerConfig& l) const {
@@ -195,14 +203,12 @@ void GemmaForward::attention(int32_t il, int32_t n) {
     args.kv = r.cache->layer(il);
     backend_.attention(args);
   }
-  backend_.matmul(w.attn_output, attn_, n, block_);
 }
 
-// GeGLU: Wdown (gelu_tanh(Wgate x) * Wup x)
+// GeGLU's product before the down projection: gelu_tanh(Wgate x) * Wup x
 void GemmaForward::feed_forward(int32_t il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   backend_.gated_matmul(xn_, n, {.gate = w.ffn_gate, .up = &w.ffn_up, .up_y = up_}, gate_);
-  backend_.matmul(w.ffn_down, gate_, n, block_);
 }
 
 // Gemma 4: h += RMSNorm(W_proj (gelu_tanh(W_gate h) * pli[il])) * post_norm (then the layer output scale)
@@ -211,8 +217,7 @@ void GemmaForward::per_layer_embedding(int32_t il, int32_t n) {
   const int64_t P = config_.n_embd_per_layer;
   const GatedProduct gate{.gate = w.ple_inp_gate, .mul = ple_ + il * P, .mul_stride = int64_t(config_.n_layer) * P};
   backend_.gated_matmul(x_, n, gate, gate_);
-  backend_.matmul(w.ple_proj, gate_, n, block_);
-  last_residual_step(il, n, w.ple_post_norm);
+  last_residual_step(il, n, w.ple_proj, w.ple_post_norm);
 }
 
 // logits = softcap(token_embd · output_norm(h)) for the kept rows, logit_rows_ at a time, so that the

@@ -64,7 +64,8 @@ class GemmaForward {
   void attention(int32_t il, int32_t n);
   void feed_forward(int32_t il, int32_t n);
   void per_layer_embedding(int32_t il, int32_t n);
-  void last_residual_step(int32_t il, int32_t n, const float* post_norm);
+  ResidualStep residual_step(const float* post_norm, const float* next_norm = nullptr) const;
+  void last_residual_step(int32_t il, int32_t n, const WeightMatrix& w, const float* post_norm);
   // Logits of the kept rows (batch row indices), logit_rows_ at a time.
   void output(const std::vector<int32_t>& rows, float* host_logits);
   RopeParams rope_params(const LayerConfig& l) const;

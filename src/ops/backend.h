@@ -70,6 +70,17 @@ struct GatedProduct {
   int64_t mul_stride = 0;
 };
 
+// The residual step after a block, on the block's output r (Backend::add_rms_norm's arguments but r and the
+// shape): x += rms_norm(r) * r_weight, times x_scale; then next = rms_norm(x) * next_weight when next is set.
+struct ResidualStep {
+  float* x = nullptr;  // the residual stream h
+  const float* r_weight = nullptr;
+  float eps = 0.0f;
+  const float* next_weight = nullptr;
+  float* next = nullptr;  // the following block's input, or null
+  float x_scale = 1.0f;
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -135,6 +146,14 @@ class Backend {
     add(x, r, n_rows * dim);
     if (x_scale != 1.0f) scale(x, x_scale, n_rows * dim);
     if (next) rms_norm(x, next_weight, n_rows, dim, eps, next);
+  }
+  // A block's output projection and the residual step on it: r = w in ([n_tokens][w.n_out]), then
+  // add_rms_norm(step.x, r, step.r_weight, n_tokens, w.n_out, ...). Equals matmul then add_rms_norm, which is the
+  // default; a backend may fuse them (the CUDA decode GEMV's last CTA runs the step, with the ops' bits).
+  virtual void matmul_residual(const WeightMatrix& w, const float* in, int64_t n_tokens, float* r,
+                               const ResidualStep& step) {
+    matmul(w, in, n_tokens, r);
+    add_rms_norm(step.x, r, step.r_weight, n_tokens, w.n_out, step.eps, step.next_weight, step.next, step.x_scale);
   }
   // In place on x[n_tokens][n_heads][head_dim]; token t is at position first_position + t.
   virtual void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,

@@ -119,6 +119,23 @@ class LockstepBackend final : public Backend {
     l_.compare_and_force(what + " (sum)", x, n);
     if (next) l_.compare_and_force(what + " (next input)", next, n);
   }
+  void matmul_residual(const WeightMatrix& w, const float* in, int64_t n_tokens, float* r,
+                       const ResidualStep& step) override {
+    ResidualStep ref = step;
+    ref.x = l_.reference_of(step.x);
+    if (step.r_weight) ref.r_weight = l_.reference_of(step.r_weight);
+    if (step.next_weight) ref.next_weight = l_.reference_of(step.next_weight);
+    if (step.next) ref.next = l_.reference_of(step.next);
+    ref_.matmul_residual(l_.reference_of(w), l_.reference_of(in), n_tokens, l_.reference_of(r), ref);
+    test_.matmul_residual(w, in, n_tokens, r, step);
+    const size_t n = size_t(n_tokens * w.n_out);
+    const std::string what = "matmul_residual " + std::string(tensor_type_name(w.type)) + " " +
+                             std::to_string(w.n_in) + "x" + std::to_string(w.n_out) +
+                             (n_tokens > 1 ? " batch" : " single");
+    l_.compare_and_force(what + " (block)", r, n);
+    l_.compare_and_force(what + " (sum)", step.x, n);
+    if (step.next) l_.compare_and_force(what + " (next input)", step.next, n);
+  }
   void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
                      int32_t first_position, const RopeParams& params) override {
     RopeParams ref_params = params;

@@ -318,6 +318,14 @@ TEST(CudaMatmulInt8, SeveralMatricesInOneLaunchGiveTheBitsOfSeparateLaunches) {
   }
 }
 
+// Where the element-wise kernels run in these tests: the stream, with the current device's multiprocessors.
+LaunchTarget launch_target(const Stream& stream) {
+  int device = 0, multiprocessors = 0;
+  SPARROW_CUDA_CHECK(cudaGetDevice(&device));
+  SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device));
+  return {stream.get(), multiprocessors};
+}
+
 // The gated products (Backend::gated_matmul) in one GEMV launch give the bits of the ops one by one: the two
 // products, then gelu_mul; or the product, gelu_mul, then mul_rows from a strided buffer. Row counts that are
 // not a multiple of the CTA's warps, up to the GEMV's 8 tokens.
@@ -325,10 +333,7 @@ TEST(CudaMatmulInt8, GatedProductsInOneLaunchGiveTheBitsOfTheOpsOneByOne) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
-  int device = 0, multiprocessors = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
-  const LaunchTarget target{stream.get(), multiprocessors};
+  const LaunchTarget target = launch_target(stream);
   DeviceBuffer<uint16_t> gelu_table(gelu_f16_table());
   const int64_t n_in = 1536, n_out = 3001, mul_stride = 4 * n_out;
   for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_1}) {
@@ -377,6 +382,76 @@ TEST(CudaMatmulInt8, GatedProductsInOneLaunchGiveTheBitsOfTheOpsOneByOne) {
   EXPECT_THROW(matmul_int8_gated(ctx, gelu_table.get(), mismatched, x.get(), 1, y.get()), Error);
 }
 
+// The residual step run by the GEMV's last CTA (Backend::matmul_residual) gives the bits of the product followed
+// by add_rms_norm: rows of 640, 1536 and 2560 floats (add_rms_norm's kernel runs them on 160, 384 and 512
+// threads, the last with two float4s a thread), with and without weights, the next input and the layer output
+// scale. Each fused case runs twice, so the second launch finds the count of finished CTAs set back to zero.
+TEST(CudaMatmulInt8, ResidualStepInTheGemvGivesTheBitsOfTheOpsOneByOne) {
+  SPARROW_REQUIRE_GPU();
+  Stream stream;
+  MatmulContext ctx(stream.get());
+  const LaunchTarget target = launch_target(stream);
+  const int64_t n_in = 2048;
+  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K}) {
+    for (int64_t n_out : {640, 1536, 2560}) {
+      DeviceBuffer<uint8_t> w_dev(random_weights(type, n_in, n_out, 21));
+      const WeightMatrix w{type, w_dev.get(), n_in, n_out};
+      DeviceBuffer<float> r_weight(random_activations(n_out, 22)), next_weight(random_activations(n_out, 23));
+      for (int64_t n_tokens : {1, 3, 8}) {
+        for (const bool full : {false, true}) {  // weights, next input and output scale, or none of them
+          const std::string what = std::string(tensor_type_name(type)) + ", " + std::to_string(n_out) + " rows, " +
+                                   std::to_string(n_tokens) + " tokens" + (full ? ", everything" : ", bare");
+          const size_t n = size_t(n_tokens * n_out);
+          const auto residual = random_activations(int64_t(n), 24);
+          DeviceBuffer<float> in(random_activations(n_in * n_tokens, 25));
+          DeviceBuffer<float> x_apart(residual), r_apart(n), next_apart(n);
+          next_apart.poison();
+          const MatmulTarget product{w, r_apart.get()};
+          matmul_int8(ctx, std::span(&product, 1), in.get(), n_tokens);
+          add_rms_norm(target, x_apart.get(), r_apart.get(), full ? r_weight.get() : nullptr, n_tokens, n_out,
+                       1e-6f, full ? next_weight.get() : nullptr, full ? next_apart.get() : nullptr,
+                       full ? 0.75f : 1.0f);
+          stream.sync();
+          const auto x_want = x_apart.read(), r_want = r_apart.read(), next_want = next_apart.read();
+          for (int run = 0; run < 2; ++run) {
+            DeviceBuffer<float> x(residual), r(n), next(n);
+            r.poison();
+            next.poison();
+            const ResidualStep step{.x = x.get(),
+                                    .r_weight = full ? r_weight.get() : nullptr,
+                                    .eps = 1e-6f,
+                                    .next_weight = full ? next_weight.get() : nullptr,
+                                    .next = full ? next.get() : nullptr,
+                                    .x_scale = full ? 0.75f : 1.0f};
+            ASSERT_TRUE(matmul_int8_fuses_residual(w, n_tokens, r.get(), step)) << what;
+            matmul_int8_residual(ctx, w, in.get(), n_tokens, r.get(), step);
+            stream.sync();
+            const auto x_got = x.read(), r_got = r.read(), next_got = next.read();
+            EXPECT_EQ(std::memcmp(r_got.data(), r_want.data(), n * sizeof(float)), 0) << what << ", run " << run;
+            EXPECT_EQ(std::memcmp(x_got.data(), x_want.data(), n * sizeof(float)), 0) << what << ", run " << run;
+            if (full) {
+              EXPECT_EQ(std::memcmp(next_got.data(), next_want.data(), n * sizeof(float)), 0)
+                  << what << ", run " << run;
+            }
+            EXPECT_FALSE(std::isnan(x_got.back()) || std::isnan(r_got.back())) << what;
+          }
+        }
+      }
+    }
+  }
+  // What the GEMV does not fuse is refused, not computed otherwise.
+  const int64_t n_out = 1536;
+  DeviceBuffer<uint8_t> w_dev(random_weights(TensorType::Q8_0, n_in, n_out, 26));
+  const WeightMatrix w{TensorType::Q8_0, w_dev.get(), n_in, n_out};
+  DeviceBuffer<float> in(random_activations(n_in * 9, 27)), x(n_out * 9 + 1), r(n_out * 9);
+  const ResidualStep misaligned{.x = x.get() + 1, .eps = 1e-6f}, aligned{.x = x.get(), .eps = 1e-6f};
+  EXPECT_FALSE(matmul_int8_fuses_residual(w, 1, r.get(), misaligned));
+  EXPECT_FALSE(matmul_int8_fuses_residual(w, 9, r.get(), aligned));  // beyond the GEMV's tokens
+  EXPECT_FALSE(matmul_int8_fuses_residual(WeightMatrix{TensorType::Q8_0, w_dev.get(), n_in, 4 * 2048 + 4}, 1,
+                                          r.get(), aligned));  // a row too long for add_rms_norm's registers
+  EXPECT_THROW(matmul_int8_residual(ctx, w, in.get(), 1, r.get(), misaligned), Error);
+}
+
 // The decode GEMV is a dependent launch (dependent_launch.cuh): it starts streaming weights while the kernel
 // before it runs, and must still read the activations that kernel writes. Here that kernel is an add over a
 // quarter-gigabyte buffer whose last elements are the activations, so a GEMV that read them early would see the
@@ -385,9 +460,6 @@ TEST(CudaMatmulInt8, DependentLaunchReadsWhatTheKernelBeforeItWrote) {
   SPARROW_REQUIRE_GPU();
   Stream stream;
   MatmulContext ctx(stream.get());
-  int device = 0, multiprocessors = 0;
-  ASSERT_EQ(cudaGetDevice(&device), cudaSuccess);
-  ASSERT_EQ(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, device), cudaSuccess);
   const int64_t n_in = 2048, n_out = 3000, n_tokens = 1, n_buffer = int64_t(1) << 26;
   const auto x = random_activations(n_in * n_tokens, 5);
   const QuantizedActivations a = quantize(TensorType::Q8_0, x, n_in, n_tokens);
@@ -400,7 +472,7 @@ TEST(CudaMatmulInt8, DependentLaunchReadsWhatTheKernelBeforeItWrote) {
   const WeightMatrix w{TensorType::Q8_0, w_dev.get(), n_in, n_out};
   y_floats.poison();
   matmul_int8(ctx, w, q_dev.get(), scale_dev.get(), nullptr, n_tokens, y_codes.get());
-  add(LaunchTarget{stream.get(), multiprocessors}, buffer.get(), addend_dev.get(), n_buffer);
+  add(launch_target(stream), buffer.get(), addend_dev.get(), n_buffer);
   const MatmulTarget target{w, y_floats.get()};
   matmul_int8(ctx, std::span(&target, 1), buffer.get() + (n_buffer - n_in * n_tokens), n_tokens);
   stream.sync();

@@ -62,7 +62,7 @@ TEST(Lockstep, TwoCpuBackendsAgreeOnEveryOp) {
     kinds.insert(r.op.substr(0, r.op.find(' ')));
   }
   // A Gemma 4 pass with PLE and a quantized KV cache goes through every op the model uses.
-  for (const char* op : {"matmul", "matmuls", "gated_matmul", "embed", "rms_norm", "add_rms_norm", "rms_norm_rope",
+  for (const char* op : {"matmul", "matmuls", "gated_matmul", "matmul_residual", "embed", "rms_norm", "rms_norm_rope",
                          "add", "scale", "kv_store", "attention", "softcap"})
     EXPECT_TRUE(kinds.count(op)) << op << " was not compared";
 }

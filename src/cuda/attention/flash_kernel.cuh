@@ -24,6 +24,7 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/device_position.h"
 #include "cuda/kv/device_codec.cuh"
+#include "cuda/last_cta.cuh"
 
 namespace sparrow::cuda::flash {
 
@@ -300,24 +301,14 @@ __device__ inline void write_partials(const Params& p, const Work& w, const Owne
         make_float2(smem[s.row_max + r], smem[s.row_sum + r]);
 }
 
-// Whether this CTA is the last of its row block's splits to have written its partials, so that it sees all of
-// them; that CTA sets the block's count back to zero for the next launch. Every thread gets the answer.
+// Whether this CTA is the last of its row block's splits to have written its partials (last_cta_to_finish), so
+// that it sees all of them. Every thread gets the answer.
 __device__ inline bool last_of_row_block(const Params& p, const Work& w) {
-  __shared__ bool last;
   if (p.n_splits == 1) {
     __syncthreads();  // the partials this CTA wrote are visible to all its threads
     return true;
   }
-  __threadfence();  // this thread's partials are visible device-wide before the count says so
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t* done = p.splits_done + int64_t(w.kv_head) * p.n_row_blocks + w.row_block;
-    last = atomicAdd(done, 1) == p.n_splits - 1;
-    if (last) *done = 0;  // every other CTA of the block has counted itself already
-  }
-  __syncthreads();
-  if (last) __threadfence();  // the other CTAs' partials are read after their counts
-  return last;
+  return last_cta_to_finish(p.splits_done + int64_t(w.kv_head) * p.n_row_blocks + w.row_block, p.n_splits);
 }
 
 // The rows' splits combined and taken out of the V basis into p.out (merge_row), the tile arrays reused:
