@@ -5,8 +5,9 @@
 // runs inside a decode step: calls back to back (so that one launch's latency hides behind the previous kernel,
 // as in a replayed graph), each on its own copy of the data, with enough copies that together they exceed the L2
 // cache four times over (a decode step reads every matrix once, from memory, never from L2).
-//   sparrow_cuda_bench [--json FILE] [--quick]
+//   sparrow_cuda_bench [--json FILE] [--quick] [--only gemv|attention]
 // Prints a markdown table; --json writes the rows. --quick: fewer shapes and contexts (a pipeline check).
+// --only: one of the two kinds of kernel.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -189,32 +190,42 @@ Row decode_attention(cudaStream_t stream, formats::KvCodec codec, int head_dim, 
 
 int run(int argc, char** argv) {
   std::string json_path;
+  std::string only;
   bool quick = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0 && i + 1 < argc) json_path = argv[++i];
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
-    else throw Error(std::string("unknown argument ") + argv[i] + " (usage: sparrow_cuda_bench [--json FILE] [--quick])");
+    else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
+    else throw Error(std::string("unknown argument ") + argv[i] +
+                     " (usage: sparrow_cuda_bench [--json FILE] [--quick] [--only gemv|attention])");
   }
+  if (!only.empty() && only != "gemv" && only != "attention") throw Error("--only takes gemv or attention, not " + only);
   const cuda::DeviceInfo device = cuda::device_info(0);
   cudaStream_t stream;
   SPARROW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
 
   const Row copy = copy_bandwidth(stream);
   std::vector<Row> rows;
-  // Gemma 4 E2B (n_embd 1536, n_ff 6144, 8 x 256 query dims) and E4B (2560, 10240) decode shapes.
+  // Gemma 4 E2B (n_embd 1536, n_ff 6144, or 12288 in its double-width layers, 8 x 256 query dims) and E4B (2560,
+  // 10240) decode shapes.
   std::vector<Shape> shapes = {{1536, 2048, "E2B attn_q"},  {2048, 1536, "E2B attn_output"},
                                {1536, 6144, "E2B ffn_up"},  {6144, 1536, "E2B ffn_down"},
+                               {12288, 1536, "E2B ffn_down, double width"},
                                {2560, 10240, "E4B ffn_up"}, {10240, 2560, "E4B ffn_down"},
                                {1536, 262144, "E2B output"}};
   if (quick) shapes.resize(2);
-  for (TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K, TensorType::Q5_K,
-                          TensorType::Q6_K})
-    for (const Shape& s : shapes) rows.push_back(gemv(stream, type, s));
+  if (only != "attention") {
+    for (TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K,
+                            TensorType::Q5_K, TensorType::Q6_K})
+      for (const Shape& s : shapes) rows.push_back(gemv(stream, type, s));
+  }
   const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 32768, 131072};
-  for (formats::KvCodec codec : {formats::KvCodec::F16, formats::KvCodec::Q8_0, formats::KvCodec::Q4_0,
-                                 formats::KvCodec::TBQ4, formats::KvCodec::TBQ3, formats::KvCodec::TCQ3})
-    for (int head_dim : {256, 512})
-      for (int64_t n_keys : contexts) rows.push_back(decode_attention(stream, codec, head_dim, 8, 1, n_keys));
+  if (only != "gemv") {
+    for (formats::KvCodec codec : {formats::KvCodec::F16, formats::KvCodec::Q8_0, formats::KvCodec::Q4_0,
+                                   formats::KvCodec::TBQ4, formats::KvCodec::TBQ3, formats::KvCodec::TCQ3})
+      for (int head_dim : {256, 512})
+        for (int64_t n_keys : contexts) rows.push_back(decode_attention(stream, codec, head_dim, 8, 1, n_keys));
+  }
   SPARROW_CUDA_CHECK(cudaStreamDestroy(stream));
 
   std::printf("# CUDA decode kernels on %s\n\ncopy bandwidth: %.0f GB/s (%s)\n\n", device.name.c_str(),

@@ -39,6 +39,7 @@
 #include <atomic>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/cuda_check.h"
@@ -337,20 +338,24 @@ __global__ void __launch_bounds__(kThreads, 2)
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Decode: the same sum on CUDA cores, one warp per output row at a time.
+// Decode: the same sum on CUDA cores, one row at a time for each group of warps.
 //
-// The grid holds at most the CTAs (kGemvWarps warps each) that the GPU keeps resident at once; warp w of the
-// grid's W warps takes rows w, w + W, w + 2W, ... of the launch's matrices (counted one matrix after another), so
-// that at any moment neighbouring warps read neighbouring rows. A warp's work is a stream of steps, each row cut
-// into steps of at most kGemvUnits<T> units (about 2 KiB). The steps pass through a ring of kGemvStages
+// The grid holds at most the CTAs (kGemvWarps warps each) that the GPU keeps resident at once. A CTA's warps form
+// groups of `slices` warps (1, 2 or 4: gemv_slices), and group g of the grid's G groups takes rows g, g + G, g +
+// 2G, ... of the launch's matrices (counted one matrix after another), so that at any moment neighbouring warps
+// read neighbouring rows. Each row is cut into steps of at most kGemvUnits<T> units (about 2 KiB), and warp k of
+// a group walks steps k, k + slices, ... of every row: long rows are read by several warps at once, so that all
+// of a row's steps can be in flight together. A warp's work is a stream of steps. The steps pass through a ring of kGemvStages
 // shared-memory buffers filled by cp.async: while the warp computes step i, the copies of steps i + 1 ..
 // i + kGemvStages - 1 are in flight, so that a warp's reads of its next rows overlap its arithmetic instead of
 // every warp waiting on one row's loads and then exiting. Per step, lane l takes sub-blocks l, l + 32, ...:
 // decoded from shared memory four codes per word, dp4a against each token's activation codes (read from global
 // memory: every warp reads the same few KiB, which stay in L1), the sub-block's term scaled into the lane's fp32
-// sum per token. After a row's last step a shuffle tree adds the lanes' sums, and the epilogue (GemvEpilogue)
+// sum per token. After its last step of a row a shuffle tree adds the lanes' sums; with several slices, the
+// group's first warp then adds the others' sums to its own in slice order (through shared memory, after a
+// barrier of the group's warps). Then the epilogue (GemvEpilogue)
 // writes them, or, for a gated product, gelu of them times a row of a buffer or, paired, keeps the gate's sums
-// until the same warp has walked the up matrix's row (rows w, w + W, ... are then pairs of rows).
+// until the same warps have walked the up matrix's row (rows g, g + G, ... are then pairs of rows).
 
 constexpr int kGemvWarps = 4;
 constexpr int kGemvStages = 3;
@@ -487,18 +492,26 @@ struct GemvStep {
   bool last;
 };
 
-// Step i of the warp whose first item is first_item (items every item_stride): a warp walks an item's rows one
-// after another (paired: the gate's row, then the up's), each in steps_per_row steps.
+// A warp's share of a GEMV launch: the items it takes part in (first_item, then every item_stride), and of each
+// of their rows the steps slice, slice + slices, ... (own_steps of them).
+struct GemvWalk {
+  int first_item, item_stride;
+  int slice, slices;
+  int own_steps;  // per row
+};
+
+// Step i of a warp's walk: a warp walks an item's rows one after another (paired: the gate's row, then the up's).
 template <TensorType T>
-__device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrices, int first_item, int item_stride,
-                                                     int steps_per_row, int n_units, int i) {
+__device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrices, const GemvWalk& walk, int n_units,
+                                                     int i) {
   const bool paired = matrices.epilogue.paired;
-  const int steps_per_item = paired ? 2 * steps_per_row : steps_per_row;
-  const int item = first_item + (i / steps_per_item) * item_stride, item_step = i % steps_per_item;
-  const int step = item_step % steps_per_row;
+  const int steps_per_item = paired ? 2 * walk.own_steps : walk.own_steps;
+  const int item = walk.first_item + (i / steps_per_item) * walk.item_stride, item_step = i % steps_per_item;
+  const int own = item_step % walk.own_steps;
+  const int step = walk.slice + own * walk.slices;
   int m = 0, row = item;
   if (paired) {
-    m = item_step / steps_per_row;
+    m = item_step / walk.own_steps;
   } else {
     int m_first = 0;
 #pragma unroll
@@ -508,7 +521,37 @@ __device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrice
     row = item - m_first;
   }
   const int u0 = step * kGemvUnits<T>;
-  return {m, row, u0, min(kGemvUnits<T>, n_units - u0), step == steps_per_row - 1};
+  return {m, row, u0, min(kGemvUnits<T>, n_units - u0), own == walk.own_steps - 1};
+}
+
+// Waits for the `count` threads of the CTA that use barrier `id` (1..15: 0 is __syncthreads').
+__device__ __forceinline__ void named_barrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+}
+
+// After a group's warps have each summed their slice of a row (every lane holding the warp's sums): the group's
+// first warp adds the other slices' sums to its own, in slice order, and returns true; the others return false.
+// Two sets of shared sums alternate from row to row, so a set is written again only after the barrier of the
+// row in between, which the first warp reaches after reading it.
+__device__ __forceinline__ bool add_slices(float (&acc)[kMaxGemvTokens], int n_tokens, const GemvWalk& walk,
+                                           float (&sums)[2][kGemvWarps][kMaxGemvTokens], int& set) {
+  const int warp = int(threadIdx.x) / kWarp, group = warp / walk.slices;
+  if (threadIdx.x % kWarp == 0) {
+#pragma unroll
+    for (int t = 0; t < kMaxGemvTokens; ++t)
+      if (t < n_tokens) sums[set][warp][t] = acc[t];
+  }
+  named_barrier(1 + group, walk.slices * kWarp);
+  const bool first = walk.slice == 0;
+  if (first) {
+    for (int k = 1; k < walk.slices; ++k) {
+#pragma unroll
+      for (int t = 0; t < kMaxGemvTokens; ++t)
+        if (t < n_tokens) acc[t] += sums[set][warp + k][t];
+    }
+  }
+  set ^= 1;
+  return first;
 }
 
 // A GEMV launch's activations: their codes as quantize_activations writes them (q, scale, sum32), or, where the
@@ -531,21 +574,28 @@ constexpr int kMaxGemvQuantizedBytes = 20 * 1024;  // within the 48 KiB a CTA ha
 
 template <TensorType T, bool kQuantizes>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
-    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, GemvActivations activations, int n_tokens) {
+    gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, GemvActivations activations, int n_tokens,
+                     int slices) {
   using W = WeightInt8<T>;
   using Unit = typename W::Unit;
   constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks;
   __shared__ uint4 staging[kGemvWarps][kGemvStages][kGemvStagingWords<T>];
   extern __shared__ uint4 quantized[];  // kQuantizes: gemv_quantized_bytes
+  __shared__ float slice_sums[2][kGemvWarps][kMaxGemvTokens];  // add_slices
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int items = gemv_items(matrices), item_stride = int(gridDim.x) * kGemvWarps;
-  const int first_item = int(blockIdx.x) * kGemvWarps + warp;
-  const bool has_rows = first_item < items;
-  const bool residual = matrices.epilogue.residual_done != nullptr;  // every thread stays to the end
+  const int groups = kGemvWarps / slices, items = gemv_items(matrices);
   const int n_units = n_in / kUnitElements<T>;
   const int steps_per_row = (n_units + kGemvUnits<T> - 1) / kGemvUnits<T>;
-  const int n_steps =
-      (items - first_item + item_stride - 1) / item_stride * steps_per_row * (matrices.epilogue.paired ? 2 : 1);
+  GemvWalk walk;
+  walk.first_item = int(blockIdx.x) * groups + warp / slices;
+  walk.item_stride = int(gridDim.x) * groups;
+  walk.slice = warp % slices;
+  walk.slices = slices;
+  walk.own_steps = (steps_per_row - walk.slice + slices - 1) / slices;  // >= 1: slices <= steps_per_row
+  const bool has_rows = walk.first_item < items;  // the same for a group's warps
+  const bool residual = matrices.epilogue.residual_done != nullptr;  // every thread stays to the end
+  const int n_items = has_rows ? (items - walk.first_item + walk.item_stride - 1) / walk.item_stride : 0;
+  const int n_steps = n_items * walk.own_steps * (matrices.epilogue.paired ? 2 : 1);
 
   // Step i's bytes go to buffer i % kGemvStages, at the offset of its source modulo 16.
   auto buffer = [&](int i) { return reinterpret_cast<uint8_t*>(staging[warp][i % kGemvStages]); };
@@ -557,7 +607,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   // newest kGemvStages - 1 groups always means step i's.
   auto issue = [&](int i) {
     if (i < n_steps) {
-      const GemvStep at = locate_gemv_step<T>(matrices, first_item, item_stride, steps_per_row, n_units, i);
+      const GemvStep at = locate_gemv_step<T>(matrices, walk, n_units, i);
       const uint8_t* src = source(at);
       const uint8_t* matrix = pick(matrices.w, at.m);
       stage_granules_async(buffer(i), src, at.n * int(sizeof(Unit)),
@@ -592,13 +642,14 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   float acc[kMaxGemvTokens], gate[kMaxGemvTokens];  // gate: a pair's first sum, paired
 #pragma unroll
   for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
+  int slice_set = 0;
   const GemvEpilogue& epilogue = matrices.epilogue;
   for (int i = 0; i < n_steps; ++i) {
     __syncwarp();  // every lane is done with step i - 1, whose buffer step i + kGemvStages - 1 refills
     issue(i + kGemvStages - 1);
     wait_copies<kGemvStages - 1>();  // this lane's copies of step i have landed
     __syncwarp();                    // and so have every lane's
-    const GemvStep at = locate_gemv_step<T>(matrices, first_item, item_stride, steps_per_row, n_units, i);
+    const GemvStep at = locate_gemv_step<T>(matrices, walk, n_units, i);
     const uint8_t* units = staged(i, source(at));
     for (int s = lane; s < at.n * kUnitSubBlocks; s += kWarp) {
       uint32_t words[kSub / 4];
@@ -616,15 +667,21 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
       }
     }
     if (!at.last) continue;
+#pragma unroll
+    for (int t = 0; t < kMaxGemvTokens; ++t) {
+      if (t >= n_tokens) break;
+      for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
+    }
+    const bool writes = slices == 1 || add_slices(acc, n_tokens, walk, slice_sums, slice_set);
     const bool gate_of_pair = epilogue.paired && at.m == 0;  // kept until the up's row is done
     float* __restrict__ y = pick(matrices.y, epilogue.paired ? 0 : at.m);
     const int n_out = pick(matrices.n_out, at.m);
 #pragma unroll
     for (int t = 0; t < kMaxGemvTokens; ++t) {
       if (t >= n_tokens) break;
-      for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
       float out = acc[t];
       acc[t] = 0.0f;
+      if (!writes) continue;
       if (gate_of_pair) {
         gate[t] = out;
         continue;
@@ -739,14 +796,36 @@ GemvMatrices gemv_matrices(std::span<const MatmulTarget> targets, int64_t n_toke
   return matrices;
 }
 
+// The most warps that share a row: SPARROW_GEMV_SLICES (1, 2 or 4; an A/B switch), else 4.
+int max_gemv_slices() {
+  static const int max_slices = [] {
+    const char* v = std::getenv("SPARROW_GEMV_SLICES");
+    const std::string s = v ? v : "";
+    return s == "1" ? 1 : s == "2" ? 2 : 4;
+  }();
+  return max_slices;
+}
+
+// The warps that share each row of n_in: as many as the row has steps, up to max_gemv_slices(), a power of two.
+// A function of the row length only, so that every launch over rows of one length adds in the same order (the
+// products of matmuls, the gated and residual epilogues have the bits of the products one by one).
+template <TensorType T>
+int gemv_slices(int n_in) {
+  const int steps_per_row = (n_in / kUnitElements<T> + kGemvUnits<T> - 1) / kGemvUnits<T>;
+  int slices = max_gemv_slices();
+  while (slices > steps_per_row) slices /= 2;
+  return slices;
+}
+
 template <TensorType T, bool kQuantizes>
 void launch_gemv(MatmulContext& ctx, const GemvMatrices& matrices, size_t row_bytes, int n_in,
                  const GemvActivations& activations, int n_tokens) {
   const int shared_bytes = kQuantizes ? gemv_quantized_bytes<T>(n_in, n_tokens) : 0;
-  const int ctas = std::min((gemv_items(matrices) + kGemvWarps - 1) / kGemvWarps,
-                            gemv_resident_ctas<T, kQuantizes>(shared_bytes));
+  const int slices = gemv_slices<T>(n_in), groups = kGemvWarps / slices;
+  const int ctas =
+      std::min((gemv_items(matrices) + groups - 1) / groups, gemv_resident_ctas<T, kQuantizes>(shared_bytes));
   launch_dependent(gemv_int8_kernel<T, kQuantizes>, dim3(unsigned(ctas)), dim3(kGemvWarps * kWarp),
-                   size_t(shared_bytes), ctx.stream(), matrices, row_bytes, n_in, activations, n_tokens);
+                   size_t(shared_bytes), ctx.stream(), matrices, row_bytes, n_in, activations, n_tokens, slices);
 }
 
 // The products of the targets; a GEMV that quantizes x itself takes an epilogue other than the plain sum.
