@@ -48,17 +48,19 @@ void check_geometry(const char* op, const KvLayerView& kv) {
 // ---------------------------------------------------------------------------------------------------------
 // kv_store
 
-// Encodes rows first_row.. of src (n_kept of them) into cache with codec `codec`.
-void store_rows(KvCodec codec, const KvLayerView& kv, const float* src, const float* center, int64_t first_row,
-                int64_t n_kept, DevicePosition first_position, void* cache, cudaStream_t stream) {
+// Encodes rows first_row.. (n_kept of them) of k, and of v where given (it then has k's codec), with codec
+// `codec`: one launch.
+void store_rows(KvCodec codec, const KvLayerView& kv, const rows::StoreRows& k, const rows::StoreRows* v,
+                int64_t first_row, int64_t n_kept, DevicePosition first_position, cudaStream_t stream) {
   const int64_t block_bytes = int64_t(kv_codec_info(codec).block_bytes(kv.head_dim));
   with_device_codec(codec, [&](auto c) {
     constexpr KvCodec C = decltype(c)::value;
     const size_t shared = sizeof(float) * size_t(kv.head_dim + DeviceCodec<C>::smem_floats(kv.head_dim));
     allow_shared_bytes(rows::store_kernel<C>, shared);
-    rows::store_kernel<C><<<unsigned(n_kept * kv.n_kv_heads), rows::kThreads, shared, stream>>>(
-        src, center, first_row, first_position, kv.n_kv_heads, kv.head_dim, kv.capacity, block_bytes,
-        static_cast<uint8_t*>(cache));
+    const dim3 grid(unsigned(n_kept * kv.n_kv_heads), v ? 2 : 1);
+    rows::store_kernel<C><<<grid, rows::kThreads, shared, stream>>>(k, v ? *v : k, first_row, first_position,
+                                                                    kv.n_kv_heads, kv.head_dim, kv.capacity,
+                                                                    block_bytes);
     SPARROW_CUDA_CHECK_LAUNCH();
   });
 }
@@ -74,8 +76,12 @@ void kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_t
   // either order.
   const int64_t first_kept = std::max<int64_t>(0, n_tokens - kv.capacity);
   const int64_t n_kept = n_tokens - first_kept;
-  store_rows(kv.k_codec, kv, k, kv.k_center, first_kept, n_kept, first_position, kv.k, stream);
-  store_rows(kv.v_codec, kv, v, nullptr, first_kept, n_kept, first_position, kv.v, stream);
+  const rows::StoreRows keys{k, kv.k_center, static_cast<uint8_t*>(kv.k)};
+  const rows::StoreRows values{v, nullptr, static_cast<uint8_t*>(kv.v)};
+  if (kv.k_codec == kv.v_codec)
+    return store_rows(kv.k_codec, kv, keys, &values, first_kept, n_kept, first_position, stream);
+  store_rows(kv.k_codec, kv, keys, nullptr, first_kept, n_kept, first_position, stream);
+  store_rows(kv.v_codec, kv, values, nullptr, first_kept, n_kept, first_position, stream);
 }
 
 // ---------------------------------------------------------------------------------------------------------

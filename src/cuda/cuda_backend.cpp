@@ -159,7 +159,8 @@ void CudaBackend::gated_matmul(const float* x, int64_t n_tokens, const GatedProd
 // One launch where the decode GEMV runs the residual step (matmul_int8_fuses_residual), else the ops one by one.
 void CudaBackend::matmul_residual(const WeightMatrix& w, const float* in, int64_t n_tokens, float* r,
                                   const ResidualStep& step) {
-  if (!cuda::matmul_int8_fuses_residual(w, n_tokens, r, step)) return Backend::matmul_residual(w, in, n_tokens, r, step);
+  if (!cuda::matmul_int8_fuses_residual(w, n_tokens, r, step))
+    return Backend::matmul_residual(w, in, n_tokens, r, step);
   describe(w);
   recorder_->describe(step.x, step.r_weight, step.eps, step.next_weight, step.next, step.x_scale);
   if (record(Op::MatmulResidual, in, n_tokens, r)) cuda::matmul_int8_residual(*matmul_, w, in, n_tokens, r, step);
@@ -200,12 +201,13 @@ void CudaBackend::add_rms_norm(float* x, float* r, const float* r_weight, int64_
     cuda::add_rms_norm(target(), x, r, r_weight, n_rows, dim, eps, next_weight, next, x_scale);
 }
 
-void CudaBackend::rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads,
-                                int32_t head_dim, int32_t first_position, const RopeParams& params) {
+void CudaBackend::rms_norm_rope(std::span<const HeadTensor> tensors, float eps, int64_t n_tokens, int32_t head_dim,
+                                int32_t first_position, const RopeParams& params) {
   const cuda::DevicePosition position(first_position, recorder_->value(first_position));
   describe(params);
-  if (record(Op::RmsNormRope, x, weight, eps, n_tokens, n_heads, head_dim))
-    cuda::rms_norm_rope(target(), x, weight, eps, n_tokens, n_heads, head_dim, position, params);
+  for (const HeadTensor& t : tensors) recorder_->describe(t.x, t.weight, t.n_heads, t.rotate);
+  if (record(Op::RmsNormRope, eps, n_tokens, head_dim, tensors.size()))
+    cuda::rms_norm_rope(target(), tensors, eps, n_tokens, head_dim, position, params);
 }
 
 void CudaBackend::rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,

@@ -76,7 +76,7 @@ class CudaBackend final : public Backend {
                     const float* next_weight, float* next, float x_scale) override;
   void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
             const RopeParams& params) override;
-  void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+  void rms_norm_rope(std::span<const HeadTensor> tensors, float eps, int64_t n_tokens, int32_t head_dim,
                      int32_t first_position, const RopeParams& params) override;
   void gelu_mul(const float* gate, const float* up, int64_t n, float* y) override;
   void add(float* y, const float* x, int64_t n) override;
@@ -99,8 +99,8 @@ class CudaBackend final : public Backend {
  private:
   // The ops, as they describe themselves to the pass recorder.
   enum class Op : uint8_t {
-    Matmul, Matmuls, GatedMatmul, MatmulResidual, Embed, RmsNorm, AddRmsNorm, Rope, RmsNormRope, GeluMul, Add, Scale, Softcap, Copy, MulRows,
-    MeanRows, KvStore, Attention
+    Matmul, Matmuls, GatedMatmul, MatmulResidual, Embed, RmsNorm, AddRmsNorm, Rope, RmsNormRope, GeluMul, Add,
+    Scale, Softcap, Copy, MulRows, MeanRows, KvStore, Attention
   };
 
   cuda::LaunchTarget target() const { return {stream_, device_.multiprocessors}; }

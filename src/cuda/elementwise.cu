@@ -276,7 +276,7 @@ __device__ void rope_angles(int64_t position, int32_t half, float theta_scale, f
 
 // The NEOX rotation of the pair (a, b) by the angle of (c, s), with explicitly rounded products so that no FMA
 // contraction changes the CPU's rounding.
-__device__ float2 rotate(float a, float b, float c, float s) {
+__device__ float2 rotate_pair(float a, float b, float c, float s) {
   return make_float2(__fsub_rn(__fmul_rn(a, c), __fmul_rn(b, s)), __fadd_rn(__fmul_rn(a, s), __fmul_rn(b, c)));
 }
 
@@ -292,36 +292,61 @@ __global__ void rope_kernel(float* x, int32_t n_heads, int32_t head_dim, int32_t
   for (int32_t e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
     const int32_t h = e / half, i = e % half;
     float* v = token + int64_t(h) * head_dim;
-    const float2 rotated = rotate(v[i], v[i + half], cos_t[i], sin_t[i]);
+    const float2 rotated = rotate_pair(v[i], v[i + half], cos_t[i], sin_t[i]);
     v[i] = rotated.x;
     v[i + half] = rotated.y;
   }
 }
 
+// The tensors of one rms_norm_rope launch: tensor i holds heads [first_head[i], first_head[i + 1]) of the
+// launch's heads per token.
+struct HeadTensors {
+  float* x[kMaxHeadTensors];
+  const float* weight[kMaxHeadTensors];
+  bool rotate[kMaxHeadTensors];
+  int32_t first_head[kMaxHeadTensors + 1];
+  int count;
+};
+
 // rms_norm per head, then RoPE (elementwise.h): one block per token, its angles in shared memory as in
-// rope_kernel, one warp per head: the head's sum of squares from a warp reduction, then its pairs normalized
-// and rotated (elements past n_rot only normalized). Every element is read and written by one lane.
-__global__ void rms_norm_rope_kernel(float* x, const float* weight, float eps, int32_t n_heads, int32_t head_dim,
-                                     int32_t half, DevicePosition first_position, float theta_scale,
-                                     float freq_scale, const float* freq_divisors) {
+// rope_kernel, one warp per head of every tensor: the head's sum of squares from a warp reduction, then its pairs
+// normalized and rotated (elements past n_rot, and every element of a tensor that does not rotate, only
+// normalized). Every element is read and written by one lane.
+__global__ void rms_norm_rope_kernel(HeadTensors tensors, float eps, int32_t head_dim, int32_t half,
+                                     DevicePosition first_position, float theta_scale, float freq_scale,
+                                     const float* freq_divisors) {
   extern __shared__ float angles[];  // cos[half], then sin[half]
   float* cos_t = angles;
   float* sin_t = angles + half;
   const int64_t t = blockIdx.x;
   rope_angles(first_position.get() + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
   const int lane = threadIdx.x & 31, n_warps = int(blockDim.x >> 5);
-  auto normalized = [&](const float* v, int32_t i, float inv) { return weight ? v[i] * inv * weight[i] : v[i] * inv; };
-  for (int32_t h = int32_t(threadIdx.x >> 5); h < n_heads; h += n_warps) {
-    float* v = x + (t * n_heads + h) * int64_t(head_dim);
-    float squares = 0.0f;
-    for (int32_t i = lane; i < head_dim; i += 32) squares += v[i] * v[i];
-    const float inv = 1.0f / sqrtf(warp_sum(squares) / float(head_dim) + eps);
-    for (int32_t i = lane; i < half; i += 32) {
-      const float2 rotated = rotate(normalized(v, i, inv), normalized(v, i + half, inv), cos_t[i], sin_t[i]);
-      v[i] = rotated.x;
-      v[i + half] = rotated.y;
+  for (int32_t h = int32_t(threadIdx.x >> 5); h < tensors.first_head[tensors.count]; h += n_warps) {
+    int i = 0;  // the tensor of head h, chosen without indexing the parameters at run time
+#pragma unroll
+    for (int k = 1; k < kMaxHeadTensors; ++k) i = k < tensors.count && h >= tensors.first_head[k] ? k : i;
+    float* x = tensors.x[0];
+    const float* weight = tensors.weight[0];
+    bool rotate = tensors.rotate[0];
+    int32_t first = tensors.first_head[0], n_heads = tensors.first_head[1];
+#pragma unroll
+    for (int k = 1; k < kMaxHeadTensors; ++k) {
+      if (k != i) continue;
+      x = tensors.x[k], weight = tensors.weight[k], rotate = tensors.rotate[k];
+      first = tensors.first_head[k], n_heads = tensors.first_head[k + 1] - tensors.first_head[k];
     }
-    for (int32_t i = 2 * half + lane; i < head_dim; i += 32) v[i] = normalized(v, i, inv);
+    float* v = x + (t * n_heads + (h - first)) * int64_t(head_dim);
+    auto normalized = [&](int32_t e, float inv) { return weight ? v[e] * inv * weight[e] : v[e] * inv; };
+    float squares = 0.0f;
+    for (int32_t e = lane; e < head_dim; e += 32) squares += v[e] * v[e];
+    const float inv = 1.0f / sqrtf(warp_sum(squares) / float(head_dim) + eps);
+    const int32_t rotated = rotate ? half : 0;
+    for (int32_t e = lane; e < rotated; e += 32) {
+      const float2 r = rotate_pair(normalized(e, inv), normalized(e + half, inv), cos_t[e], sin_t[e]);
+      v[e] = r.x;
+      v[e + half] = r.y;
+    }
+    for (int32_t e = 2 * rotated + lane; e < head_dim; e += 32) v[e] = normalized(e, inv);
   }
 }
 
@@ -445,15 +470,27 @@ void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_head
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 
-void rms_norm_rope(const LaunchTarget& target, float* x, const float* weight, float eps, int64_t n_tokens,
-                   int32_t n_heads, int32_t head_dim, DevicePosition first_position, const RopeParams& params) {
+void rms_norm_rope(const LaunchTarget& target, std::span<const HeadTensor> tensors, float eps, int64_t n_tokens,
+                   int32_t head_dim, DevicePosition first_position, const RopeParams& params) {
   const RopeLaunch launch = rope_launch("rms_norm_rope", head_dim, params);
-  if (n_tokens <= 0 || n_heads <= 0) return;
-  const int threads = 32 * std::min(n_heads, kMaxRowThreads / 32);  // a warp per head
-  rms_norm_rope_kernel<<<unsigned(n_tokens), threads, launch.shared_bytes, target.stream>>>(
-      x, weight, eps, n_heads, head_dim, launch.half, first_position, launch.theta_scale, params.freq_scale,
-      params.freq_divisors);
-  SPARROW_CUDA_CHECK_LAUNCH();
+  if (n_tokens <= 0) return;
+  for (size_t first = 0; first < tensors.size(); first += kMaxHeadTensors) {
+    HeadTensors launched{};
+    for (const HeadTensor& t : tensors.subspan(first, std::min<size_t>(kMaxHeadTensors, tensors.size() - first))) {
+      if (t.n_heads <= 0) continue;
+      const int i = launched.count++;
+      launched.x[i] = t.x;
+      launched.weight[i] = t.weight;
+      launched.rotate[i] = t.rotate;
+      launched.first_head[i + 1] = launched.first_head[i] + t.n_heads;
+    }
+    if (launched.count == 0) continue;
+    const int threads = 32 * std::min(launched.first_head[launched.count], kMaxRowThreads / 32);  // a warp per head
+    rms_norm_rope_kernel<<<unsigned(n_tokens), threads, launch.shared_bytes, target.stream>>>(
+        launched, eps, head_dim, launch.half, first_position, launch.theta_scale, params.freq_scale,
+        params.freq_divisors);
+    SPARROW_CUDA_CHECK_LAUNCH();
+  }
 }
 
 void gelu_mul(const LaunchTarget& target, const uint16_t* gelu_table, const float* gate, const float* up, int64_t n,

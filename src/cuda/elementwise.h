@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "cuda/device_position.h"
@@ -31,9 +32,11 @@ void add_rms_norm(const LaunchTarget& target, float* x, float* r, const float* r
 // Backend::rope: NEOX pairs (i, i + n_rot/2), in place; params.freq_divisors in device memory or null.
 void rope(const LaunchTarget& target, float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
           DevicePosition first_position, const RopeParams& params);
-// Backend::rms_norm_rope in one kernel: each head of x normalized (times weight, which may be null), then rope.
-void rms_norm_rope(const LaunchTarget& target, float* x, const float* weight, float eps, int64_t n_tokens,
-                   int32_t n_heads, int32_t head_dim, DevicePosition first_position, const RopeParams& params);
+// Backend::rms_norm_rope in one kernel per kMaxHeadTensors tensors: each head of each tensor normalized (times
+// its weight, which may be null), then rotated as by rope where the tensor rotates.
+constexpr int kMaxHeadTensors = 3;
+void rms_norm_rope(const LaunchTarget& target, std::span<const HeadTensor> tensors, float eps, int64_t n_tokens,
+                   int32_t head_dim, DevicePosition first_position, const RopeParams& params);
 // y = gelu(gate) * up (up may be null: y = gelu(gate)); y may alias gate. gelu_table: the device copy of
 // gelu_f16_table().
 void gelu_mul(const LaunchTarget& target, const uint16_t* gelu_table, const float* gate, const float* up,

@@ -345,17 +345,17 @@ __global__ void __launch_bounds__(kThreads, 2)
 // 2G, ... of the launch's matrices (counted one matrix after another), so that at any moment neighbouring warps
 // read neighbouring rows. Each row is cut into steps of at most kGemvUnits<T> units (about 2 KiB), and warp k of
 // a group walks steps k, k + slices, ... of every row: long rows are read by several warps at once, so that all
-// of a row's steps can be in flight together. A warp's work is a stream of steps. The steps pass through a ring of kGemvStages
-// shared-memory buffers filled by cp.async: while the warp computes step i, the copies of steps i + 1 ..
-// i + kGemvStages - 1 are in flight, so that a warp's reads of its next rows overlap its arithmetic instead of
-// every warp waiting on one row's loads and then exiting. Per step, lane l takes sub-blocks l, l + 32, ...:
-// decoded from shared memory four codes per word, dp4a against each token's activation codes (read from global
-// memory: every warp reads the same few KiB, which stay in L1), the sub-block's term scaled into the lane's fp32
-// sum per token. After its last step of a row a shuffle tree adds the lanes' sums; with several slices, the
-// group's first warp then adds the others' sums to its own in slice order (through shared memory, after a
-// barrier of the group's warps). Then the epilogue (GemvEpilogue)
-// writes them, or, for a gated product, gelu of them times a row of a buffer or, paired, keeps the gate's sums
-// until the same warps have walked the up matrix's row (rows g, g + G, ... are then pairs of rows).
+// of a row's steps can be in flight together. A warp's work is a stream of steps, which pass through a ring of
+// kGemvStages shared-memory buffers filled by cp.async: while the warp computes step i, the copies of steps
+// i + 1 .. i + kGemvStages - 1 are in flight, so that a warp's reads of its next rows overlap its arithmetic
+// instead of every warp waiting on one row's loads and then exiting. Per step, lane l takes sub-blocks l, l + 32,
+// ...: decoded from shared memory four codes per word, dp4a against each token's activation codes (read from
+// global memory: every warp reads the same few KiB, which stay in L1), the sub-block's term scaled into the
+// lane's fp32 sum per token. After its last step of a row a shuffle tree adds the lanes' sums; with several
+// slices, the group's first warp then adds the others' sums to its own in slice order (through shared memory,
+// after a barrier of the group's warps). Then the epilogue (GemvEpilogue) writes them, or, for a gated product,
+// gelu of them times a row of a buffer or, paired, keeps the gate's sums until the same warps have walked the up
+// matrix's row (rows g, g + G, ... are then pairs of rows).
 
 constexpr int kGemvWarps = 4;
 constexpr int kGemvStages = 3;

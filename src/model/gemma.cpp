@@ -173,9 +173,7 @@ void GemmaForward::attention(int32_t il, int32_t n) {
   if (l.owns_kv) {
     const MatmulTarget qkv[] = {{w.attn_q, q_}, {w.attn_k, k_}, {w.attn_v, v_}};
     backend_.matmuls(xn_, n, std::span(qkv).first(w.attn_v.data ? 3 : 2));
-    const int64_t kv_rows = int64_t(n) * l.n_kv_heads;
-    if (!w.attn_v.data) backend_.copy(v_, k_, kv_rows * d);
-    if (config_.normalize_v) backend_.rms_norm(v_, nullptr, kv_rows, d, config_.rms_eps, v_);
+    if (!w.attn_v.data) backend_.copy(v_, k_, int64_t(n) * kv_width);
   } else {
     backend_.matmul(w.attn_q, xn_, n, q_);
   }
@@ -183,15 +181,16 @@ void GemmaForward::attention(int32_t il, int32_t n) {
   for (const Placed& p : runs_) {
     const SequenceRun& r = p.run;
     float* q = q_ + p.first_token * q_width;
+    float* k = k_ + p.first_token * kv_width;
+    float* v = v_ + p.first_token * kv_width;
     const bool balanced = r.cache->balanced_keys(il);  // model/key_balance.h: the same scores, other gains
-    backend_.rms_norm_rope(q, balanced ? w.attn_q_norm_balanced : w.attn_q_norm, config_.rms_eps, r.n_tokens,
-                           config_.n_heads, d, r.first_position, rope);
-    if (l.owns_kv) {
-      float* k = k_ + p.first_token * kv_width;
-      backend_.rms_norm_rope(k, balanced ? w.attn_k_norm_balanced : w.attn_k_norm, config_.rms_eps, r.n_tokens,
-                             l.n_kv_heads, d, r.first_position, rope);
-      r.cache->store(il, k, v_ + p.first_token * kv_width, r.n_tokens, r.first_position);
-    }
+    const HeadTensor heads[] = {
+        {.x = q, .weight = balanced ? w.attn_q_norm_balanced : w.attn_q_norm, .n_heads = config_.n_heads},
+        {.x = k, .weight = balanced ? w.attn_k_norm_balanced : w.attn_k_norm, .n_heads = l.n_kv_heads},
+        {.x = v, .weight = nullptr, .n_heads = l.n_kv_heads, .rotate = false}};
+    const size_t n_heads = l.owns_kv ? (config_.normalize_v ? 3 : 2) : 1;
+    backend_.rms_norm_rope(std::span(heads).first(n_heads), config_.rms_eps, r.n_tokens, d, r.first_position, rope);
+    if (l.owns_kv) r.cache->store(il, k, v, r.n_tokens, r.first_position);
     AttentionArgs args;
     args.q = q;
     args.out = attn_ + p.first_token * q_width;

@@ -70,6 +70,15 @@ struct GatedProduct {
   int64_t mul_stride = 0;
 };
 
+// Attention heads for Backend::rms_norm_rope: x [n_tokens][n_heads][head_dim], each head normalized (times weight,
+// which may be null), then rotated by RoPE when rotate.
+struct HeadTensor {
+  float* x = nullptr;
+  const float* weight = nullptr;
+  int32_t n_heads = 0;
+  bool rotate = true;
+};
+
 // The residual step after a block, on the block's output r (Backend::add_rms_norm's arguments but r and the
 // shape): x += rms_norm(r) * r_weight, times x_scale; then next = rms_norm(x) * next_weight when next is set.
 struct ResidualStep {
@@ -158,12 +167,16 @@ class Backend {
   // In place on x[n_tokens][n_heads][head_dim]; token t is at position first_position + t.
   virtual void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
                     const RopeParams& params) = 0;
-  // x = RoPE(rms_norm(x) * weight), each head normalized on its own: the query and key path. Equals rms_norm
-  // over n_tokens * n_heads rows of head_dim, then rope.
-  virtual void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads,
-                             int32_t head_dim, int32_t first_position, const RopeParams& params) {
-    rms_norm(x, weight, n_tokens * n_heads, head_dim, eps, x);
-    rope(x, n_tokens, n_heads, head_dim, first_position, params);
+  // x = RoPE(rms_norm(x) * weight) for every tensor of heads of one head_dim, tokens and positions (a run's
+  // query, key and value heads: Gemma's Q and K norms, Gemma 4's V norm without rotation), each head normalized
+  // on its own. Equals, tensor by tensor, rms_norm over n_tokens * n_heads rows of head_dim, then rope where the
+  // tensor rotates; a backend may do them all in one launch.
+  virtual void rms_norm_rope(std::span<const HeadTensor> tensors, float eps, int64_t n_tokens, int32_t head_dim,
+                             int32_t first_position, const RopeParams& params) {
+    for (const HeadTensor& t : tensors) {
+      rms_norm(t.x, t.weight, n_tokens * t.n_heads, head_dim, eps, t.x);
+      if (t.rotate) rope(t.x, n_tokens, t.n_heads, head_dim, first_position, params);
+    }
   }
   // y = gelu_tanh(gate) * up (up may be null: y = gelu_tanh(gate)); y may alias gate.
   virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* y) = 0;

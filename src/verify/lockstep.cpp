@@ -136,14 +136,21 @@ class LockstepBackend final : public Backend {
     l_.compare_and_force(what + " (sum)", step.x, n);
     if (step.next) l_.compare_and_force(what + " (next input)", step.next, n);
   }
-  void rms_norm_rope(float* x, const float* weight, float eps, int64_t n_tokens, int32_t n_heads, int32_t head_dim,
+  void rms_norm_rope(std::span<const HeadTensor> tensors, float eps, int64_t n_tokens, int32_t head_dim,
                      int32_t first_position, const RopeParams& params) override {
     RopeParams ref_params = params;
     if (params.freq_divisors) ref_params.freq_divisors = l_.reference_of(params.freq_divisors);
-    ref_.rms_norm_rope(l_.reference_of(x), weight ? l_.reference_of(weight) : nullptr, eps, n_tokens, n_heads,
-                       head_dim, first_position, ref_params);
-    test_.rms_norm_rope(x, weight, eps, n_tokens, n_heads, head_dim, first_position, params);
-    l_.compare_and_force("rms_norm_rope d " + std::to_string(head_dim), x, size_t(n_tokens * n_heads * head_dim));
+    std::vector<HeadTensor> ref_tensors(tensors.begin(), tensors.end());
+    for (HeadTensor& t : ref_tensors) {
+      t.x = l_.reference_of(t.x);
+      if (t.weight) t.weight = l_.reference_of(t.weight);
+    }
+    ref_.rms_norm_rope(ref_tensors, eps, n_tokens, head_dim, first_position, ref_params);
+    test_.rms_norm_rope(tensors, eps, n_tokens, head_dim, first_position, params);
+    for (const HeadTensor& t : tensors) {
+      l_.compare_and_force("rms_norm_rope d " + std::to_string(head_dim) + (t.rotate ? "" : " (no rotation)"), t.x,
+                           size_t(n_tokens * t.n_heads * head_dim));
+    }
   }
   void rope(float* x, int64_t n_tokens, int32_t n_heads, int32_t head_dim, int32_t first_position,
             const RopeParams& params) override {

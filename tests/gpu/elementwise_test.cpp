@@ -8,9 +8,12 @@
 
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <random>
+#include <span>
+#include <string>
 #include <vector>
 
 #include "cuda/cuda_backend.h"
@@ -227,12 +230,53 @@ TEST_F(CudaOps, RmsNormRopeMatchesNormThenRope) {
     params.freq_base = base;
     params.freq_scale = freq_scale;
     params.freq_divisors = c.divisors ? upload(divisors) : nullptr;
-    backend_->rms_norm_rope(dx, c.weight ? upload(w) : nullptr, eps, n_tokens, c.n_heads, c.head_dim,
-                            c.first_position, params);
+    const HeadTensor heads{.x = dx, .weight = c.weight ? upload(w) : nullptr, .n_heads = c.n_heads};
+    backend_->rms_norm_rope(std::span(&heads, 1), eps, n_tokens, c.head_dim, c.first_position, params);
     const std::vector<float> got = download(dx, x.size());
     SCOPED_TRACE(std::to_string(c.n_heads) + " heads of " + std::to_string(c.head_dim) + ", n_rot " +
                  std::to_string(c.n_rot));
     for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(got[i], want[i], 4e-6 * (1 + std::fabs(want[i]))) << "element " << i;
+  }
+}
+
+// A run's query, key and value heads in one launch: each tensor gives the bits of its own launch (the query and
+// key), and the value heads, normalized without rotation, their double-precision norm; the tensors interleave
+// in no way (each is written only where it lies). Four tensors take two launches.
+TEST_F(CudaOps, RmsNormRopeOfSeveralTensorsIsEachTensorOnItsOwn) {
+  const int64_t n_tokens = 3;
+  const int head_dim = 256;
+  const float eps = 1e-6f;
+  RopeParams params;
+  params.n_rot = head_dim;
+  params.freq_base = 10000.0f;
+  struct Part { int n_heads; bool weight, rotate; };
+  const Part parts[] = {{8, true, true}, {1, true, true}, {1, false, false}, {2, true, true}};
+  std::vector<std::vector<float>> inputs;
+  std::vector<HeadTensor> together, alone;
+  const std::vector<float> w = random_floats(head_dim, 3, 0.5f, 1.5f);
+  const float* dw = upload(w);
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    inputs.push_back(random_floats(n_tokens * parts[i].n_heads * head_dim, uint32_t(40 + i)));
+    const float* weight = parts[i].weight ? dw : nullptr;
+    together.push_back({.x = upload(inputs[i]), .weight = weight, .n_heads = parts[i].n_heads,
+                        .rotate = parts[i].rotate});
+    alone.push_back({.x = upload(inputs[i]), .weight = weight, .n_heads = parts[i].n_heads,
+                     .rotate = parts[i].rotate});
+  }
+  backend_->rms_norm_rope(together, eps, n_tokens, head_dim, 17, params);
+  for (const HeadTensor& t : alone) backend_->rms_norm_rope(std::span(&t, 1), eps, n_tokens, head_dim, 17, params);
+  for (size_t i = 0; i < std::size(parts); ++i) {
+    SCOPED_TRACE("tensor " + std::to_string(i));
+    const size_t n = inputs[i].size();
+    const std::vector<float> got = download(together[i].x, n), own = download(alone[i].x, n);
+    EXPECT_EQ(std::memcmp(got.data(), own.data(), n * sizeof(float)), 0);
+    if (parts[i].rotate) continue;
+    for (size_t head = 0; head < n / head_dim; ++head) {
+      const float* v = inputs[i].data() + head * head_dim;
+      const double inv = inverse_rms(v, head_dim, eps);
+      for (int e = 0; e < head_dim; ++e)
+        ASSERT_NEAR(got[head * head_dim + e], v[e] * inv, 4e-6 * (1 + std::fabs(v[e] * inv))) << "element " << e;
+    }
   }
 }
 

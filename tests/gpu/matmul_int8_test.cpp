@@ -335,42 +335,48 @@ TEST(CudaMatmulInt8, GatedProductsInOneLaunchGiveTheBitsOfTheOpsOneByOne) {
   MatmulContext ctx(stream.get());
   const LaunchTarget target = launch_target(stream);
   DeviceBuffer<uint16_t> gelu_table(gelu_f16_table());
-  const int64_t n_in = 1536, n_out = 3001, mul_stride = 4 * n_out;
-  for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_1}) {
-    for (int64_t n_tokens : {1, 3, 8}) {
-      const std::string what = std::string(tensor_type_name(type)) + ", " + std::to_string(n_tokens) + " tokens";
-      DeviceBuffer<float> x(random_activations(n_in * n_tokens, 11));
-      DeviceBuffer<float> mul(random_activations(mul_stride * n_tokens, 12));
-      DeviceBuffer<uint8_t> gate_w(random_weights(type, n_in, n_out, 13));
-      DeviceBuffer<uint8_t> up_w(random_weights(type, n_in, n_out, 14));
-      const WeightMatrix gate{type, gate_w.get(), n_in, n_out}, up{type, up_w.get(), n_in, n_out};
-      const size_t n = size_t(n_tokens * n_out);
-      DeviceBuffer<float> fused_up(n), fused_mul(n), up_scratch(n), apart_up(n), apart_mul(n), up_y(n);
-      for (auto* b : {&fused_up, &fused_mul, &apart_up, &apart_mul}) b->poison();
+  const int64_t n_out = 3001, mul_stride = 4 * n_out;
+  // Rows of one step (one warp each) and of several (2 or 4 warps each), up to the tokens the GEMV quantizes.
+  for (const auto& [n_in, token_counts] : {std::pair{int64_t(1536), std::vector<int64_t>{1, 3, 8}},
+                                           std::pair{int64_t(6144), std::vector<int64_t>{1, 3}}}) {
+    for (TensorType type : {TensorType::Q8_0, TensorType::Q4_K, TensorType::Q5_1}) {
+      for (int64_t n_tokens : token_counts) {
+        const std::string what = std::string(tensor_type_name(type)) + ", n_in " + std::to_string(n_in) + ", " +
+                                 std::to_string(n_tokens) + " tokens";
+        DeviceBuffer<float> x(random_activations(n_in * n_tokens, 11));
+        DeviceBuffer<float> mul(random_activations(mul_stride * n_tokens, 12));
+        DeviceBuffer<uint8_t> gate_w(random_weights(type, n_in, n_out, 13));
+        DeviceBuffer<uint8_t> up_w(random_weights(type, n_in, n_out, 14));
+        const WeightMatrix gate{type, gate_w.get(), n_in, n_out}, up{type, up_w.get(), n_in, n_out};
+        const size_t n = size_t(n_tokens * n_out);
+        DeviceBuffer<float> fused_up(n), fused_mul(n), up_scratch(n), apart_up(n), apart_mul(n), up_y(n);
+        for (auto* b : {&fused_up, &fused_mul, &apart_up, &apart_mul}) b->poison();
 
-      const GatedProduct times_up{.gate = gate, .up = &up, .up_y = up_scratch.get()};
-      const GatedProduct times_rows{.gate = gate, .mul = mul.get() + 5, .mul_stride = mul_stride};
-      ASSERT_TRUE(matmul_int8_fuses(times_up, n_tokens)) << what;
-      ASSERT_TRUE(matmul_int8_fuses(times_rows, n_tokens)) << what;
-      matmul_int8_gated(ctx, gelu_table.get(), times_up, x.get(), n_tokens, fused_up.get());
-      matmul_int8_gated(ctx, gelu_table.get(), times_rows, x.get(), n_tokens, fused_mul.get());
+        const GatedProduct times_up{.gate = gate, .up = &up, .up_y = up_scratch.get()};
+        const GatedProduct times_rows{.gate = gate, .mul = mul.get() + 5, .mul_stride = mul_stride};
+        ASSERT_TRUE(matmul_int8_fuses(times_up, n_tokens)) << what;
+        ASSERT_TRUE(matmul_int8_fuses(times_rows, n_tokens)) << what;
+        matmul_int8_gated(ctx, gelu_table.get(), times_up, x.get(), n_tokens, fused_up.get());
+        matmul_int8_gated(ctx, gelu_table.get(), times_rows, x.get(), n_tokens, fused_mul.get());
 
-      const MatmulTarget both[] = {{gate, apart_up.get()}, {up, up_y.get()}};
-      matmul_int8(ctx, both, x.get(), n_tokens);
-      gelu_mul(target, gelu_table.get(), apart_up.get(), up_y.get(), int64_t(n), apart_up.get());
-      const MatmulTarget alone{gate, apart_mul.get()};
-      matmul_int8(ctx, std::span(&alone, 1), x.get(), n_tokens);
-      gelu_mul(target, gelu_table.get(), apart_mul.get(), nullptr, int64_t(n), apart_mul.get());
-      mul_rows(target, apart_mul.get(), mul.get() + 5, n_tokens, n_out, mul_stride);
-      stream.sync();
+        const MatmulTarget both[] = {{gate, apart_up.get()}, {up, up_y.get()}};
+        matmul_int8(ctx, both, x.get(), n_tokens);
+        gelu_mul(target, gelu_table.get(), apart_up.get(), up_y.get(), int64_t(n), apart_up.get());
+        const MatmulTarget alone{gate, apart_mul.get()};
+        matmul_int8(ctx, std::span(&alone, 1), x.get(), n_tokens);
+        gelu_mul(target, gelu_table.get(), apart_mul.get(), nullptr, int64_t(n), apart_mul.get());
+        mul_rows(target, apart_mul.get(), mul.get() + 5, n_tokens, n_out, mul_stride);
+        stream.sync();
 
-      const auto f_up = fused_up.read(), a_up = apart_up.read(), f_mul = fused_mul.read(), a_mul = apart_mul.read();
-      EXPECT_EQ(std::memcmp(f_up.data(), a_up.data(), n * sizeof(float)), 0) << what << ", times up";
-      EXPECT_EQ(std::memcmp(f_mul.data(), a_mul.data(), n * sizeof(float)), 0) << what << ", times rows";
-      EXPECT_FALSE(std::isnan(f_up.back()) || std::isnan(f_mul.back())) << what;
+        const auto f_up = fused_up.read(), a_up = apart_up.read(), f_mul = fused_mul.read(), a_mul = apart_mul.read();
+        EXPECT_EQ(std::memcmp(f_up.data(), a_up.data(), n * sizeof(float)), 0) << what << ", times up";
+        EXPECT_EQ(std::memcmp(f_mul.data(), a_mul.data(), n * sizeof(float)), 0) << what << ", times rows";
+        EXPECT_FALSE(std::isnan(f_up.back()) || std::isnan(f_mul.back())) << what;
+      }
     }
   }
   // What the GEMV does not fuse is refused, not computed otherwise.
+  const int64_t n_in = 1536;
   DeviceBuffer<uint8_t> w(random_weights(TensorType::Q8_0, n_in, 64, 15));
   DeviceBuffer<uint8_t> other(random_weights(TensorType::Q8_0, n_in, 65, 16));
   const WeightMatrix gate{TensorType::Q8_0, w.get(), n_in, 64}, up{TensorType::Q8_0, other.get(), n_in, 65};

@@ -32,9 +32,9 @@ class ForwardingBackend : public Backend {
                     float* next, float x_scale) override {
     inner_->add_rms_norm(x, r, rw, rows, dim, eps, nw, next, x_scale);
   }
-  void rms_norm_rope(float* x, const float* w, float eps, int64_t n, int32_t h, int32_t d, int32_t p,
+  void rms_norm_rope(std::span<const HeadTensor> t, float eps, int64_t n, int32_t d, int32_t p,
                      const RopeParams& r) override {
-    inner_->rms_norm_rope(x, w, eps, n, h, d, p, r);
+    inner_->rms_norm_rope(t, eps, n, d, p, r);
   }
   void embed(const WeightMatrix& w, const int32_t* ids, int64_t n, float s, float* out) override {
     inner_->embed(w, ids, n, s, out);

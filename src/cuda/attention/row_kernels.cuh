@@ -12,15 +12,27 @@ namespace sparrow::cuda::rows {
 
 constexpr int kThreads = 128;
 
-// Row r of src ([n_rows][n_kv_heads][head_dim], rows first_row..) encoded into block (head, slot of its position)
-// of cache; center (null: none) is subtracted first. One CTA per (row, KV head).
+// Rows of K or V for store_kernel: src [n_rows][n_kv_heads][head_dim] encoded into cache; center (null: none)
+// is subtracted first.
+struct StoreRows {
+  const float* src;
+  const float* center;
+  uint8_t* cache;
+};
+
+// Row r of src (rows first_row..) encoded into block (head, slot of its position) of cache. One CTA per (row, KV
+// head), and per tensor: blockIdx.y 0 takes k, 1 takes v (launched where both have codec C).
 template <formats::KvCodec C>
 __global__ void __launch_bounds__(kThreads)
-    store_kernel(const float* src, const float* center, int64_t first_row, DevicePosition first_position, int32_t n_kv_heads,
-                 int32_t head_dim, int64_t capacity, int64_t block_bytes, uint8_t* cache) {
+    store_kernel(StoreRows k, StoreRows v, int64_t first_row, DevicePosition first_position, int32_t n_kv_heads,
+                 int32_t head_dim, int64_t capacity, int64_t block_bytes) {
   extern __shared__ float4 smem_quads[];
   float* x = reinterpret_cast<float*>(smem_quads);
   float* scratch = x + head_dim;
+  const StoreRows& rows = blockIdx.y == 0 ? k : v;
+  const float* src = rows.src;
+  const float* center = rows.center;
+  uint8_t* cache = rows.cache;
   const int64_t row = first_row + blockIdx.x / n_kv_heads;
   const int32_t head = int32_t(blockIdx.x % n_kv_heads);
   const float* in = src + (row * n_kv_heads + head) * head_dim;
