@@ -500,53 +500,74 @@ struct GemvWalk {
   int own_steps;  // per row
 };
 
-// Step i of a warp's walk: a warp walks an item's rows one after another (paired: the gate's row, then the up's).
+// A position in a warp's walk, moved one step at a time rather than found afresh for step i, which takes four
+// integer divisions (twice a step: to fetch it, then to compute it). A warp walks an item's rows one after
+// another (paired: the gate's row, then the up's), its own steps of each.
+struct GemvCursor {
+  int item;  // the launch's item (row, or pair of rows)
+  int part;  // paired: 0 for the gate's row, 1 for the up's
+  int own;   // the warp's step of the row, 0 .. own_steps - 1
+
+  __device__ __forceinline__ void advance(const GemvWalk& walk, bool paired) {
+    if (++own < walk.own_steps) return;
+    own = 0;
+    if (paired && part == 0) {
+      part = 1;
+    } else {
+      part = 0;
+      item += walk.item_stride;
+    }
+  }
+};
+
+// The step at a cursor.
 template <TensorType T>
 __device__ __forceinline__ GemvStep locate_gemv_step(const GemvMatrices& matrices, const GemvWalk& walk, int n_units,
-                                                     int i) {
-  const bool paired = matrices.epilogue.paired;
-  const int steps_per_item = paired ? 2 * walk.own_steps : walk.own_steps;
-  const int item = walk.first_item + (i / steps_per_item) * walk.item_stride, item_step = i % steps_per_item;
-  const int own = item_step % walk.own_steps;
-  const int step = walk.slice + own * walk.slices;
-  int m = 0, row = item;
-  if (paired) {
-    m = item_step / walk.own_steps;
-  } else {
+                                                     const GemvCursor& at) {
+  const int step = walk.slice + at.own * walk.slices;
+  int m = at.part, row = at.item;
+  if (!matrices.epilogue.paired) {
     int m_first = 0;
 #pragma unroll
     for (int k = 1; k < kMaxGemvMatrices; ++k) {
-      if (k < matrices.count && item >= matrices.first_row[k]) m = k, m_first = matrices.first_row[k];
+      if (k < matrices.count && at.item >= matrices.first_row[k]) m = k, m_first = matrices.first_row[k];
     }
-    row = item - m_first;
+    row = at.item - m_first;
   }
   const int u0 = step * kGemvUnits<T>;
-  return {m, row, u0, min(kGemvUnits<T>, n_units - u0), own == walk.own_steps - 1};
+  return {m, row, u0, min(kGemvUnits<T>, n_units - u0), at.own == walk.own_steps - 1};
 }
 
-// Waits for the `count` threads of the CTA that use barrier `id` (1..15: 0 is __syncthreads').
-__device__ __forceinline__ void named_barrier(int id, int count) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(count) : "memory");
+// Waits for the `count` threads of group `group` (0 .. kGemvWarps - 1), on barrier 1 + group (0 is
+// __syncthreads'). The ids are constants, so the kernel holds 5 barriers, not all 16.
+__device__ __forceinline__ void group_barrier(int group, int count) {
+  switch (group) {
+    case 0: asm volatile("bar.sync 1, %0;\n" ::"r"(count) : "memory"); break;
+    case 1: asm volatile("bar.sync 2, %0;\n" ::"r"(count) : "memory"); break;
+    case 2: asm volatile("bar.sync 3, %0;\n" ::"r"(count) : "memory"); break;
+    default: asm volatile("bar.sync 4, %0;\n" ::"r"(count) : "memory"); break;
+  }
 }
 
 // After a group's warps have each summed their slice of a row (every lane holding the warp's sums): the group's
 // first warp adds the other slices' sums to its own, in slice order, and returns true; the others return false.
 // Two sets of shared sums alternate from row to row, so a set is written again only after the barrier of the
 // row in between, which the first warp reaches after reading it.
-__device__ __forceinline__ bool add_slices(float (&acc)[kMaxGemvTokens], int n_tokens, const GemvWalk& walk,
-                                           float (&sums)[2][kGemvWarps][kMaxGemvTokens], int& set) {
+template <int kTokens>
+__device__ __forceinline__ bool add_slices(float (&acc)[kTokens], int n_tokens, const GemvWalk& walk,
+                                           float (&sums)[2][kGemvWarps][kTokens], int& set) {
   const int warp = int(threadIdx.x) / kWarp, group = warp / walk.slices;
   if (threadIdx.x % kWarp == 0) {
 #pragma unroll
-    for (int t = 0; t < kMaxGemvTokens; ++t)
+    for (int t = 0; t < kTokens; ++t)
       if (t < n_tokens) sums[set][warp][t] = acc[t];
   }
-  named_barrier(1 + group, walk.slices * kWarp);
+  group_barrier(group, walk.slices * kWarp);
   const bool first = walk.slice == 0;
   if (first) {
     for (int k = 1; k < walk.slices; ++k) {
 #pragma unroll
-      for (int t = 0; t < kMaxGemvTokens; ++t)
+      for (int t = 0; t < kTokens; ++t)
         if (t < n_tokens) acc[t] += sums[set][warp + k][t];
     }
   }
@@ -572,7 +593,7 @@ constexpr int gemv_quantized_bytes(int64_t n_in, int64_t n_tokens) {
 }
 constexpr int kMaxGemvQuantizedBytes = 20 * 1024;  // within the 48 KiB a CTA has without opting in
 
-template <TensorType T, bool kQuantizes>
+template <TensorType T, bool kQuantizes, int kTokens>
 __global__ void __launch_bounds__(kGemvWarps * kWarp)
     gemv_int8_kernel(GemvMatrices matrices, size_t row_bytes, int n_in, GemvActivations activations, int n_tokens,
                      int slices) {
@@ -581,7 +602,8 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   constexpr int kSub = W::kSubBlock, kUnitSubBlocks = W::kSubBlocks;
   __shared__ uint4 staging[kGemvWarps][kGemvStages][kGemvStagingWords<T>];
   extern __shared__ uint4 quantized[];  // kQuantizes: gemv_quantized_bytes
-  __shared__ float slice_sums[2][kGemvWarps][kMaxGemvTokens];  // add_slices
+  __shared__ float slice_sums[2][kGemvWarps][kTokens];  // add_slices
+  __shared__ GemvStep staged_steps[kGemvWarps][kGemvStages];     // where the step in each buffer lies
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
   const int groups = kGemvWarps / slices, items = gemv_items(matrices);
   const int n_units = n_in / kUnitElements<T>;
@@ -604,10 +626,15 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     return pick(matrices.w, at.m) + size_t(at.row) * row_bytes + size_t(at.u0) * sizeof(Unit);
   };
   // Every lane commits one group per step number, empty past the last step, so that waiting for all but the
-  // newest kGemvStages - 1 groups always means step i's.
+  // newest kGemvStages - 1 groups always means step i's. Steps are issued in order, at the cursor, and where
+  // each lies is kept beside its buffer for the computation.
+  const bool paired = matrices.epilogue.paired;
+  GemvCursor cursor{walk.first_item, 0, 0};
   auto issue = [&](int i) {
     if (i < n_steps) {
-      const GemvStep at = locate_gemv_step<T>(matrices, walk, n_units, i);
+      const GemvStep at = locate_gemv_step<T>(matrices, walk, n_units, cursor);
+      cursor.advance(walk, paired);
+      if (lane == 0) staged_steps[warp][i % kGemvStages] = at;
       const uint8_t* src = source(at);
       const uint8_t* matrix = pick(matrices.w, at.m);
       stage_granules_async(buffer(i), src, at.n * int(sizeof(Unit)),
@@ -639,9 +666,9 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     xq = q, x_scale = scale, x_sum32 = sum32;
   }
 
-  float acc[kMaxGemvTokens], gate[kMaxGemvTokens];  // gate: a pair's first sum, paired
+  float acc[kTokens], gate[kTokens];  // gate: a pair's first sum, paired
 #pragma unroll
-  for (int t = 0; t < kMaxGemvTokens; ++t) acc[t] = 0.0f;
+  for (int t = 0; t < kTokens; ++t) acc[t] = 0.0f;
   int slice_set = 0;
   const GemvEpilogue& epilogue = matrices.epilogue;
   for (int i = 0; i < n_steps; ++i) {
@@ -649,7 +676,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     issue(i + kGemvStages - 1);
     wait_copies<kGemvStages - 1>();  // this lane's copies of step i have landed
     __syncwarp();                    // and so have every lane's
-    const GemvStep at = locate_gemv_step<T>(matrices, walk, n_units, i);
+    const GemvStep at = staged_steps[warp][i % kGemvStages];
     const uint8_t* units = staged(i, source(at));
     for (int s = lane; s < at.n * kUnitSubBlocks; s += kWarp) {
       uint32_t words[kSub / 4];
@@ -657,7 +684,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
           staged_sub_block<T>(units + (s / kUnitSubBlocks) * sizeof(Unit), s % kUnitSubBlocks, words);
       const int e = at.u0 * kUnitElements<T> + s * kSub;  // the sub-block's first element in the row
 #pragma unroll
-      for (int t = 0; t < kMaxGemvTokens; ++t) {
+      for (int t = 0; t < kTokens; ++t) {
         if (t >= n_tokens) break;
         const float dot = float(dot_codes<kSub, kQuantizes>(words, xq + int64_t(t) * n_in + e));  // |dot| < 2^24
         const ActivationTerms x = activation_terms<T, kQuantizes>(xq, x_scale, x_sum32, t, n_in, e);
@@ -668,16 +695,16 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     }
     if (!at.last) continue;
 #pragma unroll
-    for (int t = 0; t < kMaxGemvTokens; ++t) {
+    for (int t = 0; t < kTokens; ++t) {
       if (t >= n_tokens) break;
       for (int offset = kWarp / 2; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xFFFFFFFFu, acc[t], offset);
     }
     const bool writes = slices == 1 || add_slices(acc, n_tokens, walk, slice_sums, slice_set);
-    const bool gate_of_pair = epilogue.paired && at.m == 0;  // kept until the up's row is done
-    float* __restrict__ y = pick(matrices.y, epilogue.paired ? 0 : at.m);
+    const bool gate_of_pair = paired && at.m == 0;  // kept until the up's row is done
+    float* __restrict__ y = pick(matrices.y, paired ? 0 : at.m);
     const int n_out = pick(matrices.n_out, at.m);
 #pragma unroll
-    for (int t = 0; t < kMaxGemvTokens; ++t) {
+    for (int t = 0; t < kTokens; ++t) {
       if (t >= n_tokens) break;
       float out = acc[t];
       acc[t] = 0.0f;
@@ -687,7 +714,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
         continue;
       }
       if (epilogue.gelu_table != nullptr) {  // the bits of gelu_mul (and mul_rows) after the plain product
-        out = epilogue.paired ? gelu_lookup(epilogue.gelu_table, gate[t]) * out
+        out = paired ? gelu_lookup(epilogue.gelu_table, gate[t]) * out
                               : gelu_lookup(epilogue.gelu_table, out) * epilogue.mul[t * epilogue.mul_stride + at.row];
       }
       if (lane == 0) y[int64_t(t) * n_out + at.row] = out;
@@ -697,10 +724,10 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
     residual_step_by_cta(epilogue.residual, n_tokens);
 }
 
-// CTAs of gemv_int8_kernel<T, kQuantizes> with up to `shared_bytes` of dynamic shared memory (at most
+// CTAs of gemv_int8_kernel<T, kQuantizes, kTokens> with up to `shared_bytes` of dynamic shared memory (at most
 // kMaxGemvQuantizedBytes) that the current device keeps resident at once: the most one launch needs. Asked once
 // per device and KiB of shared memory (rounded up, so that the answer holds for every size in that KiB).
-template <TensorType T, bool kQuantizes>
+template <TensorType T, bool kQuantizes, int kTokens>
 int gemv_resident_ctas(int shared_bytes) {
   constexpr int kMaxDevices = 16, kKiB = 1024, kSizes = kMaxGemvQuantizedBytes / kKiB + 1;
   static std::atomic<int> known[kMaxDevices][kSizes];
@@ -711,7 +738,7 @@ int gemv_resident_ctas(int shared_bytes) {
   std::atomic<int>& cached = known[device][kib];
   if (const int n = cached.load(std::memory_order_relaxed); n > 0) return n;
   int per_sm = 0, sms = 0;
-  SPARROW_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kQuantizes>,
+  SPARROW_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, gemv_int8_kernel<T, kQuantizes, kTokens>,
                                                                    kGemvWarps * kWarp, size_t(kib) * kKiB));
   SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   const int n = std::max(1, per_sm) * std::max(1, sms);
@@ -817,15 +844,24 @@ int gemv_slices(int n_in) {
   return slices;
 }
 
+// One token (decode of one sequence) takes a kernel that holds one sum per lane, not kMaxGemvTokens: fewer
+// registers, so the kernel holds no fewer CTAs than its shared memory allows.
 template <TensorType T, bool kQuantizes>
 void launch_gemv(MatmulContext& ctx, const GemvMatrices& matrices, size_t row_bytes, int n_in,
                  const GemvActivations& activations, int n_tokens) {
   const int shared_bytes = kQuantizes ? gemv_quantized_bytes<T>(n_in, n_tokens) : 0;
   const int slices = gemv_slices<T>(n_in), groups = kGemvWarps / slices;
-  const int ctas =
-      std::min((gemv_items(matrices) + groups - 1) / groups, gemv_resident_ctas<T, kQuantizes>(shared_bytes));
-  launch_dependent(gemv_int8_kernel<T, kQuantizes>, dim3(unsigned(ctas)), dim3(kGemvWarps * kWarp),
-                   size_t(shared_bytes), ctx.stream(), matrices, row_bytes, n_in, activations, n_tokens, slices);
+  auto run = [&](auto kernel, int resident_ctas) {
+    const int ctas = std::min((gemv_items(matrices) + groups - 1) / groups, resident_ctas);
+    launch_dependent(kernel, dim3(unsigned(ctas)), dim3(kGemvWarps * kWarp), size_t(shared_bytes), ctx.stream(),
+                     matrices, row_bytes, n_in, activations, n_tokens, slices);
+  };
+  if (n_tokens == 1) {
+    run(gemv_int8_kernel<T, kQuantizes, 1>, gemv_resident_ctas<T, kQuantizes, 1>(shared_bytes));
+  } else {
+    run(gemv_int8_kernel<T, kQuantizes, kMaxGemvTokens>,
+        gemv_resident_ctas<T, kQuantizes, kMaxGemvTokens>(shared_bytes));
+  }
 }
 
 // The products of the targets; a GEMV that quantizes x itself takes an epilogue other than the plain sum.
