@@ -720,6 +720,9 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
       if (lane == 0) y[int64_t(t) * n_out + at.row] = out;
     }
   }
+  // The next kernel may start streaming its weights into the multiprocessors this grid leaves while the last CTA
+  // runs the residual step (it waits for this grid before it reads the step's output).
+  allow_dependents();
   if (residual && last_cta_to_finish(epilogue.residual_done, int(gridDim.x)))
     residual_step_by_cta(epilogue.residual, n_tokens);
 }
