@@ -610,6 +610,60 @@ HWY_INLINE void DotSuperBlockQ45KVnni(const uint8_t* const* qs, const uint8_t* c
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
+#if HWY_TARGET == HWY_AVX2
+// Q4_K/Q5_K on AVX2: chunk c's 64 quants as unsigned bytes, the low nibbles (sub-block 2c, elements 0-31 of the
+// chunk) in one vector and the high nibbles (2c + 1, elements 32-63) in another, times the token's int8
+// activations by vpmaddubsw into 16 int16 pair sums each (at most 2 * 31 * 127, no saturation), which vpmaddwd
+// multiplies by the sub-block's 6-bit scale into int32: the super-block is summed in integers, then weighed once
+// by d_w * d_x, like the int16 kernel (DotChunkQ45K) but with a quarter of its multiplies and no widening of
+// weights or activations. The mins stay in PrepareQ45KChunk's offset term. One super-block of R rows (quants qs,
+// fifth bits qh, 8 sub-block scales sc per row) times T tokens (int8 activations from element `base`), added to
+// total with the scale products dd[r][t][b].
+template <bool kFive, int R, int T>
+HWY_INLINE void DotSuperBlockQ45KAvx2(const uint8_t* const* qs, const uint8_t* const* qh, const int16_t* const* sc,
+                                      const float (*dd)[T][kChunkSuper], int b, const TokenQ* x, int64_t base,
+                                      VF* total) {
+  __m256i isum[R * T];
+  for (int p = 0; p < R * T; ++p) isum[p] = _mm256_setzero_si256();
+  const __m256i nibble = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
+  HWY_UNROLL(1)
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    __m256i lo[R], hi[R], scale_lo[R], scale_hi[R];
+    for (int r = 0; r < R; ++r) {
+      const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qs[r] + 32 * chunk));
+      lo[r] = _mm256_and_si256(q, nibble);
+      hi[r] = _mm256_and_si256(_mm256_srli_epi16(q, 4), nibble);
+      if constexpr (kFive) {
+        // Element k's fifth bit is bit 2c of qh[k] for the low nibbles, bit 2c + 1 for the high ones: +16 where set.
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qh[r]));
+        const __m256i bit_lo = _mm256_set1_epi8(char(1 << (2 * chunk))), bit_hi = _mm256_set1_epi8(char(2 << (2 * chunk)));
+        lo[r] = _mm256_add_epi8(lo[r], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit_lo), bit_lo), sixteen));
+        hi[r] = _mm256_add_epi8(hi[r], _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(h, bit_hi), bit_hi), sixteen));
+      }
+      scale_lo[r] = _mm256_set1_epi16(sc[r][2 * chunk]);
+      scale_hi[r] = _mm256_set1_epi16(sc[r][2 * chunk + 1]);
+    }
+    for (int t = 0; t < T; ++t) {
+      const int8_t* xq = x[t].q8 + base + 64 * chunk;
+      const __m256i x_lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq));
+      const __m256i x_hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq + 32));
+      for (int r = 0; r < R; ++r) {
+        const __m256i sum_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], x_lo), scale_lo[r]);
+        const __m256i sum_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], x_hi), scale_hi[r]);
+        isum[r * T + t] = _mm256_add_epi32(isum[r * T + t], _mm256_add_epi32(sum_lo, sum_hi));
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int t = 0; t < T; ++t) {
+      V32 sum;
+      sum.raw = isum[r * T + t];
+      total[r * T + t] = ScaledAdd(sum, dd[r][t][b], total[r * T + t]);
+    }
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX2
+
 template <TensorType kType, int R, int T>
 HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const TokenQ* x, float* out) {
   constexpr bool kFive = kType == TensorType::Q5_K;
@@ -638,6 +692,8 @@ HWY_INLINE void DotRowsQ45K(const uint8_t* const* rows, int64_t n_in, const Toke
       }
 #if HWY_TARGET == HWY_AVX3_DL
       DotSuperBlockQ45KVnni<kFive, R, T>(qs, qh, sc, dd, b, x, (c0 + b) * fmt::QK_K, total);
+#elif HWY_TARGET == HWY_AVX2
+      DotSuperBlockQ45KAvx2<kFive, R, T>(qs, qh, sc, dd, b, x, (c0 + b) * fmt::QK_K, total);
 #else
       V32 isum[R * T];
       for (int p = 0; p < R * T; ++p) isum[p] = hn::Zero(D32());
@@ -1385,7 +1441,7 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
-#if HWY_TARGET == HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
   const hn::Rebind<int8_t, decltype(df)> d8;
 #endif
   const int64_t N = int64_t(hn::Lanes(df));
@@ -1397,6 +1453,9 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
     int8_t* q8t = q8 + t * n_in;
 #else
     int16_t* qt = q + t * n_in;
+#endif
+#if HWY_TARGET == HWY_AVX2
+    int8_t* q8t = q8 + t * n_in;  // for the K-quant kernels (DotSuperBlockQ45KAvx2), which read bytes
 #endif
     for (int64_t g = 0; g < n_groups; ++g) {
       const float* xg = xt + g * group;
@@ -1414,6 +1473,9 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
           hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);  // the VNNI kernels read bytes only
 #else
           hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
+#endif
+#if HWY_TARGET == HWY_AVX2
+          if (group == 256) hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);
 #endif
         }
         const int sum = int(hn::GetLane(hn::SumOfLanes(di, vsum)));

@@ -14,7 +14,8 @@ namespace sparrow::cpu {
 struct QuantizedTokens {
   int group = 0;                  // elements per scale: 32 or 256
   const int16_t* q = nullptr;     // [n_tokens][n_in], each in [-127, 127] (not written on the VNNI target)
-  const int8_t* q8 = nullptr;     // the same values as bytes, for the VNNI kernels (written only on that target)
+  const int8_t* q8 = nullptr;     // the same values as bytes: for the VNNI kernels (written only on that target)
+                                  // and, for group 256, the AVX2 K-quant kernels
   const float* scale = nullptr;   // [n_tokens][n_in / group]
   const float* scaled_sum32 = nullptr;  // [n_tokens][n_in / 32]: scale * (sum of q) over each 32 elements
   // For the VNNI kernels of 32-element blocks (written only on that target, for group 32), per token and pair of
