@@ -923,17 +923,29 @@ HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* ou
   }
 }
 
+// Rows a micro-kernel walks together for T tokens: kRows, or, for one token, 2 in the AVX2 byte kernel of
+// Q4_K/Q5_K (DotSuperBlockQ45KAvx2), whose per-row state of four vectors leaves registers for a second row (two
+// independent chains of multiply-adds, one activation load for both).
+template <TensorType kType, int T>
+constexpr int RowsPerKernel() {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr ((kType == TensorType::Q4_K || kType == TensorType::Q5_K) && T == 1) return 2;
+#endif
+  return kRows;
+}
+
 template <TensorType kType, int T>
 HWY_NOINLINE void RowsForTokenTile(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t t0) {
-  float out[kRows * T];
+  constexpr int R = RowsPerKernel<kType, T>();
+  float out[R * T];
   int64_t r = row_begin;
-  for (; r + kRows <= row_end; r += kRows) {
-    DotRows<kType, kRows, T>(job, r, t0, out);
-    for (int i = 0; i < kRows; ++i) {
+  for (; r + R <= row_end; r += R) {
+    DotRows<kType, R, T>(job, r, t0, out);
+    for (int i = 0; i < R; ++i) {
       for (int t = 0; t < T; ++t) job.y[(t0 + t) * job.n_out + r + i] = out[i * T + t];
     }
   }
-  if constexpr (kRows > 1) {
+  if constexpr (R > 1) {
     for (; r < row_end; ++r) {
       DotRows<kType, 1, T>(job, r, t0, out);
       for (int t = 0; t < T; ++t) job.y[(t0 + t) * job.n_out + r] = out[t];
