@@ -11,7 +11,9 @@
 //    per task and used for every token (on AVX3_DL as int8 by vpdpbusd: "The GEMM with VNNI").
 // On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
 // Q4_K/Q5_K multiply bytes instead: 64 quants per vector, by vpdpbusd (see "Legacy blocks with VNNI") or by
-// vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni, DotSuperBlockQ6KVnni).
+// vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni, DotSuperBlockQ6KVnni). On AVX2
+// the few-token Q4_K/Q5_K kernel multiplies bytes too, by vpmaddubsw with the scales applied by vpmaddwd
+// (DotSuperBlockQ45KAvx2, two rows at a time for one token).
 // What is per block rather than per element is done apart from the inner loops: block scales (f16 -> float
 // times the activation scale), and constant offsets (-8 of Q4_0, -16 of Q5_0, the mins of Q4_1, Q5_1, Q4_K,
 // Q5_K), which, as sum_i (q_i + o) x_i = sum_i q_i x_i + o * sum_i x_i, become a float dot product with the
