@@ -617,8 +617,8 @@ HWY_INLINE void DotSuperBlockQ45KVnni(const uint8_t* const* qs, const uint8_t* c
 // chunk) in one vector and the high nibbles (2c + 1, elements 32-63) in another, times the token's int8
 // activations by vpmaddubsw into 16 int16 pair sums each (at most 2 * 31 * 127, no saturation), which vpmaddwd
 // multiplies by the sub-block's 6-bit scale into int32: the super-block is summed in integers, then weighed once
-// by d_w * d_x, like the int16 kernel (DotChunkQ45K) but with a quarter of its multiplies and no widening of
-// weights or activations. The mins stay in PrepareQ45KChunk's offset term. One super-block of R rows (quants qs,
+// by d_w * d_x, like the int16 kernel (DotChunkQ45K) but without widening weights and activations to int16 or
+// multiplying each weight by its scale. The mins stay in PrepareQ45KChunk's offset term. One super-block of R rows (quants qs,
 // fifth bits qh, 8 sub-block scales sc per row) times T tokens (int8 activations from element `base`), added to
 // total with the scale products dd[r][t][b].
 template <bool kFive, int R, int T>

@@ -322,20 +322,18 @@ __global__ void rms_norm_rope_kernel(HeadTensors tensors, float eps, int32_t hea
   rope_angles(first_position.get() + t, half, theta_scale, freq_scale, freq_divisors, cos_t, sin_t);
   const int lane = threadIdx.x & 31, n_warps = int(blockDim.x >> 5);
   for (int32_t h = int32_t(threadIdx.x >> 5); h < tensors.first_head[tensors.count]; h += n_warps) {
-    int i = 0;  // the tensor of head h, chosen without indexing the parameters at run time
-#pragma unroll
-    for (int k = 1; k < kMaxHeadTensors; ++k) i = k < tensors.count && h >= tensors.first_head[k] ? k : i;
+    // The tensor of head h, chosen without indexing the parameters at run time.
     float* x = tensors.x[0];
     const float* weight = tensors.weight[0];
     bool rotate = tensors.rotate[0];
-    int32_t first = tensors.first_head[0], n_heads = tensors.first_head[1];
+    int32_t first = tensors.first_head[0], end = tensors.first_head[1];
 #pragma unroll
     for (int k = 1; k < kMaxHeadTensors; ++k) {
-      if (k != i) continue;
+      if (k >= tensors.count || h < tensors.first_head[k]) continue;
       x = tensors.x[k], weight = tensors.weight[k], rotate = tensors.rotate[k];
-      first = tensors.first_head[k], n_heads = tensors.first_head[k + 1] - tensors.first_head[k];
+      first = tensors.first_head[k], end = tensors.first_head[k + 1];
     }
-    float* v = x + (t * n_heads + (h - first)) * int64_t(head_dim);
+    float* v = x + (t * (end - first) + (h - first)) * int64_t(head_dim);
     auto normalized = [&](int32_t e, float inv) { return weight ? v[e] * inv * weight[e] : v[e] * inv; };
     float squares = 0.0f;
     for (int32_t e = lane; e < head_dim; e += 32) squares += v[e] * v[e];

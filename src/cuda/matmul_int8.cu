@@ -370,6 +370,12 @@ constexpr int kGemvUnits = int(sizeof(typename WeightInt8<T>::Unit)) >= kGemvSte
 template <TensorType T>
 constexpr int kGemvStagingWords = (kGemvUnits<T> * int(sizeof(typename WeightInt8<T>::Unit)) + 15 + 15) / 16;
 
+// Steps of a row of n_in elements (kGemvUnits<T> units each, the last maybe fewer).
+template <TensorType T>
+__host__ __device__ constexpr int gemv_steps_per_row(int n_in) {
+  return (n_in / kUnitElements<T> + kGemvUnits<T> - 1) / kGemvUnits<T>;
+}
+
 // The dot product of kSub weight codes with kSub activation codes (16-byte aligned).
 template <int kSub, bool kShared>
 __device__ __forceinline__ int dot_codes(const uint32_t (&w)[kSub / 4], const int8_t* __restrict__ x) {
@@ -500,9 +506,9 @@ struct GemvWalk {
   int own_steps;  // per row
 };
 
-// A position in a warp's walk, moved one step at a time rather than found afresh for step i, which takes four
-// integer divisions (twice a step: to fetch it, then to compute it). A warp walks an item's rows one after
-// another (paired: the gate's row, then the up's), its own steps of each.
+// A position in a warp's walk, moved one step at a time rather than found afresh from the step number, which
+// takes integer divisions. A warp walks an item's rows one after another (paired: the gate's row, then the
+// up's), its own steps of each.
 struct GemvCursor {
   int item;  // the launch's item (row, or pair of rows)
   int part;  // paired: 0 for the gate's row, 1 for the up's
@@ -607,7 +613,7 @@ __global__ void __launch_bounds__(kGemvWarps * kWarp)
   const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
   const int groups = kGemvWarps / slices, items = gemv_items(matrices);
   const int n_units = n_in / kUnitElements<T>;
-  const int steps_per_row = (n_units + kGemvUnits<T> - 1) / kGemvUnits<T>;
+  const int steps_per_row = gemv_steps_per_row<T>(n_in);
   GemvWalk walk;
   walk.first_item = int(blockIdx.x) * groups + warp / slices;
   walk.item_stride = int(gridDim.x) * groups;
@@ -841,7 +847,7 @@ int max_gemv_slices() {
 // products of matmuls, the gated and residual epilogues have the bits of the products one by one).
 template <TensorType T>
 int gemv_slices(int n_in) {
-  const int steps_per_row = (n_in / kUnitElements<T> + kGemvUnits<T> - 1) / kGemvUnits<T>;
+  const int steps_per_row = gemv_steps_per_row<T>(n_in);
   int slices = max_gemv_slices();
   while (slices > steps_per_row) slices /= 2;
   return slices;
@@ -980,8 +986,8 @@ void matmul_int8_residual(MatmulContext& ctx, const WeightMatrix& w, const float
                                    .eps = step.eps,
                                    .x_scale = step.x_scale};
   const MatmulTarget target{w, r};
-  launch_for_type(ctx, std::span(&target, 1), GemvActivations{.x = x, .q = nullptr, .scale = nullptr, .sum32 = nullptr},
-                  n_tokens, epilogue);
+  const GemvActivations activations{.x = x, .q = nullptr, .scale = nullptr, .sum32 = nullptr};
+  launch_for_type(ctx, std::span(&target, 1), activations, n_tokens, epilogue);
 }
 
 void matmul_int8_gated(MatmulContext& ctx, const uint16_t* gelu_table, const GatedProduct& p, const float* x,
