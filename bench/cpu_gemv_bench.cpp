@@ -58,6 +58,7 @@ HWY_AFTER_NAMESPACE();
 #include "cpu/matmul.h"
 #include "cpu/thread_pool.h"
 #include "formats/weight_formats.h"
+#include "ops/backend.h"
 #include "util/error.h"
 
 namespace sparrow::bench {
@@ -79,15 +80,15 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 // The matrix's bytes read once, split into as many tasks as the GEMV's rows are (a few per thread).
-double time_plain_read(cpu::ThreadPool& pool, const std::vector<uint8_t>& bytes) {
+double time_plain_read(cpu::ThreadPool& pool, const uint8_t* data, size_t size) {
   const int64_t n_tasks = 8 * int64_t(pool.size());
-  const size_t chunk = (bytes.size() / size_t(n_tasks) + 255) / 256 * 256;
+  const size_t chunk = (size / size_t(n_tasks) + 255) / 256 * 256;
   std::atomic<uint64_t> sink{0};
   const auto t0 = std::chrono::steady_clock::now();
   pool.parallel_for(n_tasks, [&](int64_t task, int) {
-    const size_t begin = std::min(bytes.size(), size_t(task) * chunk);
-    const size_t end = std::min(bytes.size(), begin + chunk);
-    sink += HWY_DYNAMIC_DISPATCH(SumWords)(bytes.data() + begin, end - begin);
+    const size_t begin = std::min(size, size_t(task) * chunk);
+    const size_t end = std::min(size, begin + chunk);
+    sink += HWY_DYNAMIC_DISPATCH(SumWords)(data + begin, end - begin);
   });
   const double s = seconds_since(t0);
   if (sink.load() == 42) std::puts("");  // keeps the sum alive
@@ -107,7 +108,8 @@ double median(std::vector<double> v) {
 
 nlohmann::ordered_json run_case(const MatrixCase& c, int64_t target_bytes, int rounds, int threads) {
   const size_t row_bytes = tensor_row_bytes(c.type, c.n_in);
-  const int64_t n_out = std::max<int64_t>(1, target_bytes / int64_t(row_bytes));
+  // Whole groups of 8 rows, as model matrices have (the weight store interleaves only those).
+  const int64_t n_out = std::max<int64_t>(8, target_bytes / int64_t(row_bytes) / 8 * 8);
   std::vector<float> row(size_t(c.n_in));
   std::mt19937 rng(1);
   std::normal_distribution<float> gauss;
@@ -117,14 +119,18 @@ nlohmann::ordered_json run_case(const MatrixCase& c, int64_t target_bytes, int r
   for (int64_t r = 1; r < n_out; ++r) std::memcpy(bytes.data() + size_t(r) * row_bytes, bytes.data(), row_bytes);
   std::vector<float> x(static_cast<size_t>(c.n_in)), y(static_cast<size_t>(n_out));
   for (float& v : x) v = gauss(rng);
-  const WeightMatrix w{c.type, bytes.data(), c.n_in, n_out};
+  // As a model holds it: through the CPU weight store, which may rearrange it (WeightMatrix::interleaved).
+  const auto store = make_cpu_weight_store();
+  const WeightMatrix w = store->place(WeightMatrix{c.type, bytes.data(), c.n_in, n_out}, false, WeightUse::kMatmul);
 
   cpu::ThreadPool pool(threads);
-  time_plain_read(pool, bytes);  // warm-up: pages touched, threads started
+  // The bytes the GEMV reads (the store's copy where it rearranged them), read plainly.
+  const auto* placed = static_cast<const uint8_t*>(w.data);
+  time_plain_read(pool, placed, bytes.size());  // warm-up: pages touched, threads started
   time_gemv(pool, w, x, y);
   std::vector<double> read_gbps, gemv_gbps, ratios;
   for (int i = 0; i < rounds; ++i) {
-    const double read_s = time_plain_read(pool, bytes), gemv_s = time_gemv(pool, w, x, y);
+    const double read_s = time_plain_read(pool, placed, bytes.size()), gemv_s = time_gemv(pool, w, x, y);
     read_gbps.push_back(double(bytes.size()) / read_s / 1e9);
     gemv_gbps.push_back(double(bytes.size()) / gemv_s / 1e9);
     ratios.push_back(read_s / gemv_s);
@@ -134,6 +140,7 @@ nlohmann::ordered_json run_case(const MatrixCase& c, int64_t target_bytes, int r
   row_json["n_in"] = c.n_in;
   row_json["n_out"] = n_out;
   row_json["bytes"] = bytes.size();
+  row_json["interleaved"] = w.interleaved;
   row_json["threads"] = threads;
   row_json["rounds"] = rounds;
   row_json["read_gb_per_s"] = median(read_gbps);

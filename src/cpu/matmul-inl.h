@@ -42,6 +42,7 @@
 
 #include "cpu/matmul_job.h"
 #include "formats/weight_formats.h"
+#include "formats/weight_interleave.h"
 
 HWY_BEFORE_NAMESPACE();
 #if HWY_TARGET == HWY_AVX3_DL
@@ -156,6 +157,14 @@ struct TokenQ {
   const int32_t* pair_sum;
   const int16_t* sum16;
 };
+
+// Token t's quantized activations.
+HWY_INLINE TokenQ TokenAt(const MatmulJob& job, int64_t t) {
+  const int64_t n_groups = job.n_in / job.xq.group, pair_lanes = t * block_pairs(job.n_in) * 16;
+  return {job.xq.q + t * job.n_in,    job.xq.q8 + t * job.n_in,       job.xq.scale + t * n_groups,
+          job.xq.scaled_sum32 + t * (job.n_in / 32), job.xq.pair_scale + pair_lanes, job.xq.pair_sum + pair_lanes,
+          job.xq.sum16 + t * (job.n_in / 16)};
+}
 
 HWY_INLINE float DotFloats(const float* a, const float* b, int n) {
   const hn::ScalableTag<float> df;
@@ -893,6 +902,99 @@ HWY_INLINE void DotRowFloat(const uint8_t* row, int64_t n_in, const float* const
   }
 }
 
+#if HWY_TARGET == HWY_AVX2
+// Q4_K rows interleaved eight at a time (formats::BlockQ4_Kx8) times one token, on AVX2: the eight rows' dot
+// products in the eight int32/float lanes of one vector. Each 32-byte load holds four quants of every row
+// (lane r: row r); vpmaddubsw against the broadcast activation quad gives two int16 pair sums per row, and the
+// eight quads of a sub-block add up in int16 (at most 8 * 2 * 15 * 127 = 30480) before vpmaddwd weighs them by
+// the rows' 6-bit sub-block scales into int32. The mins' term, sum_j m_j * (sum of x over sub-block j), comes
+// from the token's 16-element sums (QuantizedTokens::sum16) by vpmaddwd too; per super-block both are weighed
+// once, by d * d_x and dmin * d_x of the eight rows.
+HWY_INLINE __m256i BroadcastQuad(const int8_t* p) {
+  int32_t quad;
+  std::memcpy(&quad, p, 4);
+  return _mm256_set1_epi32(quad);
+}
+
+// vpshufb indices that copy byte k of each 32-bit lane into both of its int16 halves, zero-extended.
+HWY_INLINE __m256i WidenByteToPair(int k) {
+  const auto lane = [k](int i) { return int(0x80008000u | uint32_t(4 * i + k) * 0x00010001u); };
+  return _mm256_setr_epi32(lane(0), lane(1), lane(2), lane(3), lane(0), lane(1), lane(2), lane(3));
+}
+
+HWY_INLINE void DotGroupQ4Kx8Avx2(const fmt::BlockQ4_Kx8* group, int64_t nb, const TokenQ& x, float* y) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi32(0x3F3F3F3F);
+  const __m256i low4 = _mm256_set1_epi32(0x0F0F0F0F), bits45 = _mm256_set1_epi32(0x30303030);
+  const __m256i widen[4] = {WidenByteToPair(0), WidenByteToPair(1), WidenByteToPair(2), WidenByteToPair(3)};
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const fmt::BlockQ4_Kx8& blk = group[b];
+    // The hardware prefetcher follows one stream, but not far enough ahead to hide DRAM latency from one core.
+    const char* ahead = reinterpret_cast<const char*>(&blk + 6);
+    for (size_t line = 0; line < sizeof blk; line += 64) hwy::Prefetch(ahead + line);
+    // The K4 scale unpacking (UnpackScalesMinsK4) on the eight rows' words at once: bytes of lane r are row r's
+    // scales 0-3 / 4-7 and mins 0-3 / 4-7.
+    const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.scale_words[0]));
+    const __m256i w1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.scale_words[1]));
+    const __m256i w2 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.scale_words[2]));
+    const __m256i scales[2] = {_mm256_and_si256(w0, low6),
+                               _mm256_or_si256(_mm256_and_si256(w2, low4), _mm256_and_si256(_mm256_srli_epi32(w0, 2), bits45))};
+    const __m256i mins[2] = {_mm256_and_si256(w1, low6),
+                             _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi32(w2, 4), low4),
+                                             _mm256_and_si256(_mm256_srli_epi32(w1, 2), bits45))};
+    const __m256 d_x = _mm256_set1_ps(x.scale[b]);
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d))), d_x);
+    const __m256 dmin = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.dmin))), d_x);
+
+    __m256i min_sum = _mm256_setzero_si256();
+    for (int j = 0; j < 8; ++j) {  // m_j times the sums of x over the two halves of sub-block j
+      const __m256i m = _mm256_shuffle_epi8(mins[j / 4], widen[j % 4]);
+      min_sum = _mm256_add_epi32(min_sum, _mm256_madd_epi16(m, BroadcastQuad(reinterpret_cast<const int8_t*>(x.sum16 + 16 * b + 2 * j))));
+    }
+    total = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_sum), dmin, total);
+
+    __m256i isum = _mm256_setzero_si256();
+    HWY_UNROLL(1)
+    for (int chunk = 0; chunk < 4; ++chunk) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
+      const int8_t* xc = x.q8 + b * fmt::QK_K + 64 * chunk;
+      __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+      for (int q = 0; q < 8; ++q) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[chunk][q]));
+        sum_lo = _mm256_add_epi16(sum_lo, _mm256_maddubs_epi16(_mm256_and_si256(v, nibble), BroadcastQuad(xc + 4 * q)));
+        sum_hi = _mm256_add_epi16(sum_hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble),
+                                                               BroadcastQuad(xc + 32 + 4 * q)));
+      }
+      const __m256i& sc = scales[chunk / 2];
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_lo, _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2)])));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_hi, _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2) + 1])));
+    }
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, total);
+  }
+  _mm256_storeu_ps(y, total);
+}
+
+// y[t][r] for interleaved Q4_K rows [row_begin, row_end) (whole groups) and tokens [token_begin, token_end):
+// a group's weights stay in cache while its tokens pass over them.
+HWY_INLINE void InterleavedQ4KRows(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
+                                   int64_t token_end) {
+  const int64_t nb = job.n_in / fmt::QK_K;
+  const auto* groups = reinterpret_cast<const fmt::BlockQ4_Kx8*>(job.weights);
+  for (int64_t r = row_begin; r < row_end; r += fmt::kInterleavedRows) {
+    for (int64_t t = token_begin; t < token_end; ++t) {
+      HWY_ALIGN float y[fmt::kInterleavedRows];
+      DotGroupQ4Kx8Avx2(groups + r / fmt::kInterleavedRows * nb, nb, TokenAt(job, t), y);
+      std::memcpy(job.y + t * job.n_out + r, y, sizeof y);
+    }
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX2
+
+// Whether this target multiplies interleaved rows of `type` itself (InterleavedQ4KRows); for others matmul
+// hands the kernels the rows in the file's layout.
+bool HasInterleavedKernel(TensorType type) {
+  return HWY_TARGET == HWY_AVX2 && type == TensorType::Q4_K;
+}
+
 // ---------------------------------------------------------------------------------------------------------
 // Row loops.
 
@@ -906,15 +1008,8 @@ HWY_INLINE void DotRows(const MatmulJob& job, int64_t row, int64_t t0, float* ou
     for (int t = 0; t < T; ++t) x[t] = job.x + (t0 + t) * job.n_in;
     for (int r = 0; r < R; ++r) DotRowFloat<kType, T>(rows[r], job.n_in, x, out + r * T);
   } else {
-    const int64_t n_groups = job.n_in / job.xq.group;
     TokenQ x[T];
-    for (int t = 0; t < T; ++t) {
-      const int64_t pair_lanes = (t0 + t) * block_pairs(job.n_in) * 16;
-      x[t] = {job.xq.q + (t0 + t) * job.n_in,    job.xq.q8 + (t0 + t) * job.n_in,
-              job.xq.scale + (t0 + t) * n_groups, job.xq.scaled_sum32 + (t0 + t) * (job.n_in / 32),
-              job.xq.pair_scale + pair_lanes,     job.xq.pair_sum + pair_lanes,
-              job.xq.sum16 + (t0 + t) * (job.n_in / 16)};
-    }
+    for (int t = 0; t < T; ++t) x[t] = TokenAt(job, t0 + t);
     if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
       DotRowsQ45K<kType, R, T>(rows, job.n_in, x, out);
     } else if constexpr (kType == TensorType::Q6_K) {
@@ -971,6 +1066,11 @@ constexpr int TileTokens() {
 template <TensorType kType>
 void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                      int64_t token_end) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (kType == TensorType::Q4_K) {
+    if (job.interleaved) return InterleavedQ4KRows(job, row_begin, row_end, token_begin, token_end);
+  }
+#endif
   int64_t t0 = token_begin;
   constexpr int kTypeTile = TileTokens<kType>();
   if constexpr (kTypeTile > kTile) {
@@ -1496,6 +1596,8 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
         scaled_sum32[t * (n_in / 32) + (g * group + k) / 32] = fmt::activation_sum32(format, s, sum);
 #if HWY_TARGET == HWY_AVX3_DL
         if (group == 32) SetPairLanes(t * block_pairs(n_in) * 16 + g * 8, s.scale, sum, pair_scale, pair_sum);
+#endif
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
         if (group == 256) {
           for (int64_t i = k; i < k + 32; i += 16) {
             int sum_of_16 = 0;

@@ -19,6 +19,7 @@
 
 #include "cpu/matmul.h"
 #include "formats/weight_formats.h"
+#include "formats/weight_interleave.h"
 #include "util/error.h"
 
 namespace sparrow::cpu {
@@ -28,6 +29,7 @@ HWY_EXPORT(QuantizeTokens);
 HWY_EXPORT(GemmTokensPerVector);
 HWY_EXPORT(PackTokenVectors);
 HWY_EXPORT(GemmRows);
+HWY_EXPORT(HasInterleavedKernel);
 
 namespace {
 
@@ -115,12 +117,50 @@ struct ActivationScratch {
   }
 };
 
+// Interleaved matrices come in whole groups of eight Q4_K rows.
+void check_interleaving(const char* what, const WeightMatrix& w) {
+  if (w.interleaved && (w.type != TensorType::Q4_K || w.n_out % formats::kInterleavedRows != 0)) {
+    throw Error(std::string(what) + ": interleaved rows are Q4_K in groups of " +
+                std::to_string(formats::kInterleavedRows) + ", not " + std::string(tensor_type_info(w.type)->name) +
+                " x " + std::to_string(w.n_out) + " rows");
+  }
+}
+
+// Row r of an interleaved matrix in the file's layout, into out (row_bytes).
+void deinterleaved_row(const uint8_t* weights, int64_t n_in, int64_t r, uint8_t* out) {
+  const int64_t nb = n_in / formats::QK_K;
+  const auto* groups = reinterpret_cast<const formats::BlockQ4_Kx8*>(weights);
+  formats::deinterleave_q4_k_row(groups + r / formats::kInterleavedRows * nb, nb, int(r % formats::kInterleavedRows),
+                                 reinterpret_cast<formats::BlockQ4_K*>(out));
+}
+
+// A task's rows [row_begin, row_end) of an interleaved matrix for the kernels that read the file's layout:
+// rearranged into `buffer`, as a job of their own whose row 0 is row_begin and whose outputs land at their
+// place in y.
+MatmulJob rows_in_file_layout(const MatmulJob& job, int64_t row_begin, int64_t row_end, std::vector<uint8_t>& buffer) {
+  buffer.resize(size_t(row_end - row_begin) * job.row_bytes);
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    deinterleaved_row(job.weights, job.n_in, r, buffer.data() + size_t(r - row_begin) * job.row_bytes);
+  }
+  MatmulJob plain = job;
+  plain.weights = buffer.data();
+  plain.interleaved = false;
+  plain.y = job.y + row_begin;
+  return plain;
+}
+
 // Rows per task: enough tasks for load balance (a few per thread), few enough that each task's rows are
 // worth the hand-off; a multiple of 4 keeps neighbouring rows of one task in one cache line run.
-int64_t rows_per_task(int64_t n_out, int n_threads) {
+int64_t rows_per_task(int64_t n_out, int n_threads, int64_t multiple) {
   if (n_threads <= 1) return n_out;
   const int64_t target_tasks = int64_t(n_threads) * 8;
-  return std::clamp<int64_t>((n_out + target_tasks - 1) / target_tasks, 4, 256);
+  const int64_t rows = std::clamp<int64_t>((n_out + target_tasks - 1) / target_tasks, 4, 256);
+  return (rows + multiple - 1) / multiple * multiple;
+}
+
+// Tasks split interleaved matrices at group boundaries.
+int64_t row_multiple(const MatmulJob& job, int64_t at_least) {
+  return job.interleaved ? std::max<int64_t>(at_least, formats::kInterleavedRows) : at_least;
 }
 
 // Tokens per task for prompt processing: a tile of tokens is multiplied against a row chunk that stays in
@@ -146,12 +186,16 @@ void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vect
   const int64_t token_tasks = (n_vectors + vectors_per_task - 1) / vectors_per_task;
   // About 8 tasks per thread in all; row chunks a multiple of 4 rows (the GEMM's row block on AVX-512).
   const int64_t row_chunks = std::max<int64_t>(1, (8 * pool.size() + token_tasks - 1) / token_tasks);
-  const int64_t row_step = std::max<int64_t>(4, ((job.n_out + row_chunks - 1) / row_chunks + 3) / 4 * 4);
+  const int64_t multiple = row_multiple(job, 4);
+  const int64_t row_step = std::max<int64_t>(multiple, ((job.n_out + row_chunks - 1) / row_chunks + multiple - 1) / multiple * multiple);
   const int64_t row_tasks = (job.n_out + row_step - 1) / row_step;
   const auto gemm = HWY_DYNAMIC_DISPATCH(GemmRows);
   pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
     const int64_t r0 = (task % row_tasks) * row_step, v0 = (task / row_tasks) * vectors_per_task;
-    gemm(job, packed, r0, std::min(job.n_out, r0 + row_step), v0, std::min(n_vectors, v0 + vectors_per_task));
+    const int64_t r1 = std::min(job.n_out, r0 + row_step), v1 = std::min(n_vectors, v0 + vectors_per_task);
+    if (!job.interleaved) return gemm(job, packed, r0, r1, v0, v1);
+    static thread_local std::vector<uint8_t> file_rows;
+    gemm(rows_in_file_layout(job, r0, r1, file_rows), packed, 0, r1 - r0, v0, v1);
   });
 }
 
@@ -159,15 +203,18 @@ void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vect
 void matmul_rows(ThreadPool& pool, const MatmulJob& job, int64_t token_begin) {
   const int64_t n_tokens = job.n_tokens - token_begin;
   if (n_tokens <= 0) return;
-  const int64_t row_step = rows_per_task(job.n_out, pool.size());
+  const int64_t row_step = rows_per_task(job.n_out, pool.size(), row_multiple(job, 1));
   const int64_t token_step = tokens_per_task(n_tokens, job.n_in);
   const int64_t row_tasks = (job.n_out + row_step - 1) / row_step;
   const int64_t token_tasks = (n_tokens + token_step - 1) / token_step;
   const auto run = HWY_DYNAMIC_DISPATCH(MatmulRows);
+  const bool reads_interleaved = job.interleaved && HWY_DYNAMIC_DISPATCH(HasInterleavedKernel)(job.type);
   pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
-    const int64_t r0 = (task % row_tasks) * row_step;
-    const int64_t t0 = token_begin + (task / row_tasks) * token_step;
-    run(job, r0, std::min(job.n_out, r0 + row_step), t0, std::min(job.n_tokens, t0 + token_step));
+    const int64_t r0 = (task % row_tasks) * row_step, r1 = std::min(job.n_out, r0 + row_step);
+    const int64_t t0 = token_begin + (task / row_tasks) * token_step, t1 = std::min(job.n_tokens, t0 + token_step);
+    if (reads_interleaved || !job.interleaved) return run(job, r0, r1, t0, t1);
+    static thread_local std::vector<uint8_t> file_rows;
+    run(rows_in_file_layout(job, r0, r1, file_rows), 0, r1 - r0, t0, t1);
   });
 }
 
@@ -183,7 +230,8 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_t
   if (activation == formats::ActivationFormat::F16 || activation == formats::ActivationFormat::BF16) {
     x = scratch.round_to(activation, x, w.n_in * n_tokens);
   }
-  MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.n_in, w.n_out, n_tokens, x, {}, y};
+  check_interleaving("matmul", w);
+  MatmulJob job{w.type, static_cast<const uint8_t*>(w.data), row_bytes, w.interleaved, w.n_in, w.n_out, n_tokens, x, {}, y};
   int64_t n_gemm = 0;
   if (formats::activation_group(activation) != 0) {
     job.xq = scratch.quantize(pool, x, w.n_in, n_tokens, activation);
@@ -197,15 +245,24 @@ void matmul(ThreadPool& pool, const WeightMatrix& w, const float* x, int64_t n_t
   matmul_rows(pool, job, n_gemm);
 }
 
+bool matmul_interleaves(TensorType type) { return HWY_DYNAMIC_DISPATCH(HasInterleavedKernel)(type); }
+
 void get_rows(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float* out) {
   const size_t row_bytes = checked_row_bytes("get_rows", w);
+  check_interleaving("get_rows", w);
   const auto* data = static_cast<const uint8_t*>(w.data);
+  std::vector<uint8_t> file_row(w.interleaved ? row_bytes : 0);
   for (int64_t r = 0; r < n_ids; ++r) {
     if (ids[r] < 0 || ids[r] >= w.n_out) {
       throw Error("get_rows: row id " + std::to_string(ids[r]) + " out of range [0, " +
                   std::to_string(w.n_out) + ")");
     }
-    formats::dequantize_row(w.type, data + size_t(ids[r]) * row_bytes, out + r * w.n_in, w.n_in);
+    const uint8_t* row = data + size_t(ids[r]) * row_bytes;
+    if (w.interleaved) {
+      deinterleaved_row(data, w.n_in, ids[r], file_row.data());
+      row = file_row.data();
+    }
+    formats::dequantize_row(w.type, row, out + r * w.n_in, w.n_in);
   }
 }
 

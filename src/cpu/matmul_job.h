@@ -23,7 +23,8 @@ struct QuantizedTokens {
   // the last 8 block 2p + 1's (zero past the last block).
   const float* pair_scale = nullptr;  // [n_tokens][n_pairs][16]: each block's scale in its 8 lanes
   const int32_t* pair_sum = nullptr;  // [n_tokens][n_pairs][16]: sum of q in lanes 0 and 8, zero elsewhere
-  // For the VNNI kernel of Q6_K (written only on that target, for group 256): sum of q over each 16 elements.
+  // For the VNNI kernel of Q6_K and the AVX2 kernel of interleaved Q4_K (written only on those targets, for
+  // group 256): sum of q over each 16 elements.
   const int16_t* sum16 = nullptr;     // [n_tokens][n_in / 16]
 };
 
@@ -51,7 +52,8 @@ constexpr int kGemmVectorsPerTile = 2;
 struct MatmulJob {
   TensorType type;
   const uint8_t* weights;  // n_out rows of row_bytes
-  size_t row_bytes;
+  size_t row_bytes;        // of a row in the file's layout
+  bool interleaved;        // rows in groups of eight as formats::BlockQ4_Kx8 (WeightMatrix::interleaved)
   int64_t n_in, n_out, n_tokens;
   const float* x;          // [n_tokens][n_in], used by float weight types
   QuantizedTokens xq;      // used by quantized weight types

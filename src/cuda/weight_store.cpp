@@ -48,7 +48,7 @@ class CudaWeightStore final : public WeightStore {
     cudaStreamDestroy(stream_);
   }
 
-  WeightMatrix place(const WeightMatrix& host, bool on_device) override {
+  WeightMatrix place(const WeightMatrix& host, bool on_device, WeightUse) override {
     if (!host.data) return host;  // an absent tensor (KV-shared layers, k_eq_v) stays absent
     WeightMatrix placed = host;
     const size_t bytes = matrix_bytes(host);

@@ -15,13 +15,15 @@ class Binder {
   Binder(const gguf::File& file, WeightStore& store) : file_(file), store_(store) {}
   void place_on_device(bool on_device) { on_device_ = on_device; }
 
-  WeightMatrix matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
-    return store_.place(as_matrix(file_.tensor(name), n_in, n_out), on_device_);
+  WeightMatrix matrix(const std::string& name, int64_t n_in, int64_t n_out,
+                      WeightUse use = WeightUse::kMatmul) const {
+    return store_.place(as_matrix(file_.tensor(name), n_in, n_out), on_device_, use);
   }
   WeightMatrix optional_matrix(const std::string& name, int64_t n_in, int64_t n_out) const {
     const gguf::TensorInfo* t = file_.find_tensor(name);
-    return t ? store_.place(as_matrix(*t, n_in, n_out), on_device_) : WeightMatrix{};
+    return t ? store_.place(as_matrix(*t, n_in, n_out), on_device_, WeightUse::kMatmul) : WeightMatrix{};
   }
+  bool has(const std::string& name) const { return file_.find_tensor(name) != nullptr; }
   const float* vector(const std::string& name, int64_t n) const { return place(host_vector(name, n)); }
   std::vector<float> host_vector(const std::string& name, int64_t n) const { return as_vector(file_.tensor(name), n); }
   const float* place(const std::vector<float>& host) const { return store_.place_floats(host.data(), host.size()); }
@@ -122,16 +124,17 @@ ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c, We
   Binder b(file, store);
   b.place_on_device(n_gpu_layers > c.n_layer);
   ModelWeights w;
-  w.token_embd = b.matrix("token_embd.weight", c.n_embd, c.n_vocab);
-  w.output = b.optional_matrix("output.weight", c.n_embd, c.n_vocab);
-  if (!w.output.data) w.output = w.token_embd;
+  // Without output.weight the embedding is the output head too.
+  const bool tied = !b.has("output.weight");
+  w.token_embd = b.matrix("token_embd.weight", c.n_embd, c.n_vocab, tied ? WeightUse::kMatmulAndLookup : WeightUse::kLookup);
+  w.output = tied ? w.token_embd : b.matrix("output.weight", c.n_embd, c.n_vocab);
   w.output_norm = b.vector("output_norm.weight", c.n_embd);
   for (const LayerConfig& l : c.layers) {
     if (l.proportional_rope && !w.rope_freq_divisors) w.rope_freq_divisors = b.vector("rope_freqs.weight", l.n_rot / 2);
   }
   if (c.n_embd_per_layer > 0) {
     const int64_t ple_width = int64_t(c.n_layer) * c.n_embd_per_layer;
-    w.per_layer_token_embd = b.matrix("per_layer_token_embd.weight", ple_width, c.n_vocab);
+    w.per_layer_token_embd = b.matrix("per_layer_token_embd.weight", ple_width, c.n_vocab, WeightUse::kLookup);
     w.per_layer_model_proj = b.matrix("per_layer_model_proj.weight", c.n_embd, ple_width);
     w.per_layer_proj_norm = b.vector("per_layer_proj_norm.weight", c.n_embd_per_layer);
   }

@@ -217,13 +217,18 @@ class Backend {
   virtual void kv_finish(formats::KvCodec codec, int d, const float* acc, int64_t n, float* out) = 0;
 };
 
+// What the model does with a weight matrix: multiplies by it (matmul), gathers rows of it (embed: token and
+// per-layer embeddings), or both (an embedding that is also the output head). A store may lay a matrix out
+// for the products (the CPU interleaves Q4_K rows) where rows are not mostly gathered.
+enum class WeightUse { kMatmul, kLookup, kMatmulAndLookup };
+
 // Where a model's weights live, placed once at load and shared by every Backend (context) of the model.
 class WeightStore {
  public:
   virtual ~WeightStore() = default;
   // The backend-side view of a weight matrix held in host memory (the file mapping). on_device: in the device's
   // own memory, uploaded once; otherwise read where it is (the CPU; a GPU over the bus).
-  virtual WeightMatrix place(const WeightMatrix& host, bool on_device) = 0;
+  virtual WeightMatrix place(const WeightMatrix& host, bool on_device, WeightUse use) = 0;
   // A copy of n host floats (norm vectors, RoPE divisors) in backend memory.
   virtual const float* place_floats(const float* host, size_t n) = 0;
   virtual size_t device_bytes() const = 0;   // bytes placed in device memory (0 on the CPU)

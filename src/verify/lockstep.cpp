@@ -14,10 +14,11 @@ namespace sparrow::verify {
 class LockstepWeightStore final : public WeightStore {
  public:
   explicit LockstepWeightStore(Lockstep& lockstep) : lockstep_(lockstep) {}
-  WeightMatrix place(const WeightMatrix& host, bool on_device) override {
-    WeightMatrix test = lockstep_.test_store_->place(host, on_device);
-    const WeightMatrix reference = lockstep_.reference_store_->place(host, on_device);
+  WeightMatrix place(const WeightMatrix& host, bool on_device, WeightUse use) override {
+    WeightMatrix test = lockstep_.test_store_->place(host, on_device, use);
+    const WeightMatrix reference = lockstep_.reference_store_->place(host, on_device, use);
     lockstep_.remember(test.data, reference.data, tensor_row_bytes(host.type, host.n_in) * size_t(host.n_out));
+    lockstep_.reference_matrices_[test.data] = reference;
     return test;
   }
   const float* place_floats(const float* host, size_t n) override {
@@ -275,9 +276,9 @@ const void* Lockstep::reference_of(const void* test) const {
 }
 
 WeightMatrix Lockstep::reference_of(const WeightMatrix& w) const {
-  WeightMatrix r = w;
-  r.data = reference_of(w.data);
-  return r;
+  const auto it = reference_matrices_.find(w.data);
+  if (it == reference_matrices_.end()) throw Error("lockstep: a weight matrix that was not placed");
+  return it->second;
 }
 
 KvLayerView Lockstep::reference_of(const KvLayerView& kv) const {

@@ -71,6 +71,9 @@ class Lockstep {
   std::unique_ptr<WeightStore> test_store_, reference_store_;
   std::unique_ptr<Backend> test_, reference_;
   std::map<uintptr_t, Allocation> allocations_;  // by test base address
+  // Placed matrices by the test side's data: the two stores may lay the same matrix out differently
+  // (WeightMatrix::interleaved), so the reference's view is the one its store returned.
+  std::map<const void*, WeightMatrix> reference_matrices_;
   std::vector<LockstepRecord> records_;
 };
 

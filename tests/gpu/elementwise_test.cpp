@@ -413,7 +413,7 @@ TEST_F(CudaOps, EmbedGathersScaledRows) {
   const int64_t n_in = 96, n_out = 50;
   const std::vector<float> table = random_floats(n_in * n_out, 31);
   std::unique_ptr<WeightStore> store = make_cuda_weight_store(0);
-  const WeightMatrix w = store->place(f32_matrix(table, n_in), true);
+  const WeightMatrix w = store->place(f32_matrix(table, n_in), true, WeightUse::kMatmul);
   const std::vector<int32_t> ids = {3, 0, 49, 3, 17};
   std::vector<float> want;
   for (int32_t id : ids)
@@ -426,7 +426,7 @@ TEST_F(CudaOps, EmbedGathersScaledRows) {
 TEST_F(CudaOps, EmbedRejectsIdsOutsideTheTable) {
   const std::vector<float> table = random_floats(8 * 4, 32);
   std::unique_ptr<WeightStore> store = make_cuda_weight_store(0);
-  const WeightMatrix w = store->place(f32_matrix(table, 8), true);
+  const WeightMatrix w = store->place(f32_matrix(table, 8), true, WeightUse::kMatmul);
   for (int32_t bad : {-1, 4}) {
     const std::vector<int32_t> ids = {0, bad};
     EXPECT_THROW(backend_->embed(w, ids.data(), 2, 1.0f, poisoned(16)), Error);
@@ -448,8 +448,8 @@ TEST(CudaWeightStore, UploadsMatricesAndVectorsOnceAndCountsTheirBytes) {
   std::vector<uint8_t> q8(34 * 2 * 7);  // Q8_0: 64 elements per row = 2 blocks of 34 bytes, 7 rows
   std::mt19937 rng(42);
   for (uint8_t& b : q8) b = uint8_t(rng());
-  const WeightMatrix a = store->place(f32_matrix(f32, 64), true);
-  const WeightMatrix b = store->place(WeightMatrix{TensorType::Q8_0, q8.data(), 64, 7}, true);
+  const WeightMatrix a = store->place(f32_matrix(f32, 64), true, WeightUse::kMatmul);
+  const WeightMatrix b = store->place(WeightMatrix{TensorType::Q8_0, q8.data(), 64, 7}, true, WeightUse::kMatmul);
   EXPECT_EQ(a.type, TensorType::F32);
   EXPECT_EQ(a.n_in, 64);
   EXPECT_EQ(a.n_out, 10);
@@ -465,9 +465,9 @@ TEST(CudaWeightStore, UploadsMatricesAndVectorsOnceAndCountsTheirBytes) {
   const size_t expected = f32.size() * 4 + q8.size() + norm.size() * 4;
   EXPECT_EQ(store->device_bytes(), expected);
   // A tied matrix (the output projection reusing the embedding's bytes) is the same device copy.
-  EXPECT_EQ(store->place(f32_matrix(f32, 64), true).data, a.data);
+  EXPECT_EQ(store->place(f32_matrix(f32, 64), true, WeightUse::kMatmul).data, a.data);
   EXPECT_EQ(store->device_bytes(), expected);
-  EXPECT_EQ(store->place(WeightMatrix{TensorType::F32, nullptr, 64, 0}, true).data, nullptr);
+  EXPECT_EQ(store->place(WeightMatrix{TensorType::F32, nullptr, 64, 0}, true, WeightUse::kMatmul).data, nullptr);
   const std::string text = store->describe();
   EXPECT_NE(text.find("CUDA0: " + cuda::device_info(0).name), std::string::npos) << text;
   EXPECT_NE(text.find("of weights"), std::string::npos) << text;
@@ -512,8 +512,8 @@ TEST(CudaWeightStore, MapsReadOnlyFilePagesForKernels) {
   const float* second = first + first_rows * n_in;  // ...where this one starts
   {
     std::unique_ptr<WeightStore> store = make_cuda_weight_store(0);
-    const WeightMatrix a = store->place(WeightMatrix{TensorType::F32, first, n_in, first_rows}, false);
-    const WeightMatrix b = store->place(WeightMatrix{TensorType::F32, second, n_in, 20}, false);
+    const WeightMatrix a = store->place(WeightMatrix{TensorType::F32, first, n_in, first_rows}, false, WeightUse::kMatmul);
+    const WeightMatrix b = store->place(WeightMatrix{TensorType::F32, second, n_in, 20}, false, WeightUse::kMatmul);
     EXPECT_EQ(store->device_bytes(), 0u);
     CudaBackend backend(0);
     for (const auto& [placed, host] : {std::pair{a, first}, std::pair{b, second}}) {

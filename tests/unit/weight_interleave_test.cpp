@@ -1,0 +1,86 @@
+// Interleaved Q4_K rows (formats/weight_interleave.h) against the layout's definition, written out here, and
+// the CPU weight store that makes them.
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "cpu/matmul.h"
+#include "formats/weight_interleave.h"
+#include "ops/backend.h"
+
+namespace sparrow::formats {
+namespace {
+
+// n_rows rows of n_super random Q4_K blocks (every byte random: the rearrangement never looks at values).
+std::vector<uint8_t> random_rows(int64_t n_rows, int64_t n_super, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> bytes(size_t(n_rows * n_super) * sizeof(BlockQ4_K));
+  for (uint8_t& b : bytes) b = uint8_t(rng());
+  return bytes;
+}
+
+TEST(WeightInterleave, EveryByteOfEightRowsLandsWhereTheLayoutSays) {
+  const int64_t n_super = 3;
+  const auto bytes = random_rows(kInterleavedRows, n_super, 1);
+  std::vector<BlockQ4_Kx8> groups(n_super);
+  interleave_q4_k_rows(bytes.data(), n_super * sizeof(BlockQ4_K), n_super, groups.data());
+  for (int r = 0; r < kInterleavedRows; ++r) {
+    for (int64_t b = 0; b < n_super; ++b) {
+      BlockQ4_K row;
+      std::memcpy(&row, bytes.data() + size_t(r * n_super + b) * sizeof(BlockQ4_K), sizeof row);
+      const BlockQ4_Kx8& g = groups[b];
+      EXPECT_EQ(g.d[r], row.d);
+      EXPECT_EQ(g.dmin[r], row.dmin);
+      for (int k = 0; k < 3; ++k) EXPECT_EQ(std::memcmp(&g.scale_words[k][r], row.scales + 4 * k, 4), 0);
+      for (int c = 0; c < 4; ++c) {
+        for (int q = 0; q < 8; ++q) {
+          for (int i = 0; i < 4; ++i) ASSERT_EQ(g.qs[c][q][r][i], row.qs[32 * c + 4 * q + i]) << r << " " << b;
+        }
+      }
+    }
+  }
+}
+
+TEST(WeightInterleave, EachRowComesBackBitForBit) {
+  const int64_t n_super = 5;
+  const size_t row_bytes = n_super * sizeof(BlockQ4_K);
+  const auto bytes = random_rows(kInterleavedRows, n_super, 2);
+  std::vector<BlockQ4_Kx8> groups(n_super);
+  interleave_q4_k_rows(bytes.data(), row_bytes, n_super, groups.data());
+  for (int r = 0; r < kInterleavedRows; ++r) {
+    std::vector<BlockQ4_K> row(n_super);
+    deinterleave_q4_k_row(groups.data(), n_super, r, row.data());
+    EXPECT_EQ(std::memcmp(row.data(), bytes.data() + r * row_bytes, row_bytes), 0) << "row " << r;
+  }
+}
+
+// The store rearranges Q4_K matrices of whole groups that are multiplied where the kernels read them faster,
+// once per file tensor, and hands back every other matrix (lookup tables among them) as it is.
+TEST(CpuWeightStore, InterleavesQ4KWhereTheKernelsWantItOncePerTensor) {
+  const int64_t n_in = 512, n_super = n_in / QK_K;
+  const auto bytes = random_rows(16, n_super, 3);
+  auto store = make_cpu_weight_store();
+  const WeightMatrix host{TensorType::Q4_K, bytes.data(), n_in, 16};
+  const WeightMatrix placed = store->place(host, false, WeightUse::kMatmul), again = store->place(host, false, WeightUse::kMatmul);
+  EXPECT_EQ(placed.interleaved, cpu::matmul_interleaves(TensorType::Q4_K));
+  EXPECT_EQ(again.data, placed.data);
+  EXPECT_EQ(placed.n_in, n_in);
+  EXPECT_EQ(placed.n_out, 16);
+  std::vector<float> from_host(4 * n_in), from_placed(4 * n_in);
+  const int32_t ids[4] = {0, 15, 9, 8};
+  cpu::get_rows(host, ids, 4, from_host.data());
+  cpu::get_rows(placed, ids, 4, from_placed.data());
+  EXPECT_EQ(std::memcmp(from_host.data(), from_placed.data(), from_host.size() * sizeof(float)), 0);
+
+  const WeightMatrix partial_group{TensorType::Q4_K, bytes.data(), n_in, 12};
+  EXPECT_FALSE(store->place(partial_group, false, WeightUse::kMatmul).interleaved);
+  const std::vector<uint8_t> table = random_rows(16, n_super, 4);
+  EXPECT_FALSE(store->place(WeightMatrix{TensorType::Q4_K, table.data(), n_in, 16}, false, WeightUse::kLookup).interleaved);
+  const WeightMatrix other_type{TensorType::Q8_0, bytes.data(), 256, 16};
+  EXPECT_EQ(store->place(other_type, false, WeightUse::kMatmul).data, other_type.data);
+}
+
+}  // namespace
+}  // namespace sparrow::formats
