@@ -1,6 +1,6 @@
 // The CPU's weight store: matrices stay in the GGUF file mapping (zero-copy), except those the kernels read
-// faster interleaved (cpu::matmul_interleaves: Q4_K on AVX2), which are rearranged once into memory of their
-// own; vectors are kept in host memory.
+// faster interleaved (cpu::matmul_interleaves: Q4_K and Q8_0 on AVX2), which are rearranged once into memory of
+// their own; vectors are kept in host memory.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -33,7 +33,7 @@ class CpuWeightStore final : public WeightStore {
  public:
   WeightMatrix place(const WeightMatrix& host, bool, WeightUse use) override {
     // Lookup tables stay in the file: a lookup reads a few rows, which would then be gathered from eight.
-    if (use == WeightUse::kLookup || host.interleaved || host.type != TensorType::Q4_K ||
+    if (use == WeightUse::kLookup || host.interleaved || !formats::has_interleaved_layout(host.type) ||
         host.n_out % formats::kInterleavedRows != 0 || !cpu::matmul_interleaves(host.type)) {
       return host;
     }
@@ -48,7 +48,7 @@ class CpuWeightStore final : public WeightStore {
   std::string describe() const override {
     std::string text = "CPU: weights read from the file mapping";
     if (interleaved_bytes_ > 0) {
-      text += ", " + std::to_string(interleaved_bytes_ >> 20) + " MiB of Q4_K rows interleaved in memory";
+      text += ", " + std::to_string(interleaved_bytes_ >> 20) + " MiB of rows interleaved in memory";
     }
     return text;
   }
@@ -56,12 +56,12 @@ class CpuWeightStore final : public WeightStore {
  private:
   WeightMatrix interleave(const WeightMatrix& host) {
     const size_t row_bytes = tensor_row_bytes(host.type, host.n_in), bytes = row_bytes * size_t(host.n_out);
-    const int64_t n_super = host.n_in / formats::QK_K, n_groups = host.n_out / formats::kInterleavedRows;
-    auto& groups = buffers_.emplace_back(hwy::AllocateAligned<formats::BlockQ4_Kx8>(size_t(n_groups * n_super)));
+    const size_t group_bytes = formats::kInterleavedRows * row_bytes;
+    const int64_t n_blocks = host.n_in / tensor_type_info(host.type)->block_elements;
+    auto& groups = buffers_.emplace_back(hwy::AllocateAligned<uint8_t>(bytes));
     const auto* rows = static_cast<const uint8_t*>(host.data);
-    for (int64_t g = 0; g < n_groups; ++g) {
-      formats::interleave_q4_k_rows(rows + size_t(g) * formats::kInterleavedRows * row_bytes, row_bytes, n_super,
-                                    groups.get() + g * n_super);
+    for (int64_t g = 0; g < host.n_out / formats::kInterleavedRows; ++g) {
+      formats::interleave_rows(host.type, rows + size_t(g) * group_bytes, row_bytes, n_blocks, groups.get() + size_t(g) * group_bytes);
     }
     release_pages(host.data, bytes);
     interleaved_bytes_ += bytes;
@@ -72,7 +72,7 @@ class CpuWeightStore final : public WeightStore {
   }
 
   std::deque<std::vector<float>> floats_;  // a deque: placed vectors never move
-  std::deque<hwy::AlignedFreeUniquePtr<formats::BlockQ4_Kx8[]>> buffers_;
+  std::deque<hwy::AlignedFreeUniquePtr<uint8_t[]>> buffers_;
   std::map<const void*, WeightMatrix> interleaved_;  // by the file data they came from
   size_t interleaved_bytes_ = 0;
 };

@@ -973,26 +973,56 @@ HWY_INLINE void DotGroupQ4Kx8Avx2(const fmt::BlockQ4_Kx8* group, int64_t nb, con
   _mm256_storeu_ps(y, total);
 }
 
-// y[t][r] for interleaved Q4_K rows [row_begin, row_end) (whole groups) and tokens [token_begin, token_end):
-// a group's weights stay in cache while its tokens pass over them.
-HWY_INLINE void InterleavedQ4KRows(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
-                                   int64_t token_end) {
-  const int64_t nb = job.n_in / fmt::QK_K;
-  const auto* groups = reinterpret_cast<const fmt::BlockQ4_Kx8*>(job.weights);
+// Q8_0 rows interleaved eight at a time (formats::BlockQ8_0x8) times one token, on AVX2, as the Q4_K kernel
+// above: per quad of activations, vpmaddubsw of the weights' magnitudes against the activations carrying the
+// weights' signs (at most 2 * 128 * 127, no saturation) and vpmaddwd into int32 give four products per row and
+// lane; per block the eight rows are weighed once by d * d_x.
+HWY_INLINE void DotGroupQ8_0x8Avx2(const fmt::BlockQ8_0x8* group, int64_t nb, const TokenQ& x, float* y) {
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const fmt::BlockQ8_0x8& blk = group[b];
+    const char* ahead = reinterpret_cast<const char*>(&blk + 24);  // as in DotGroupQ4Kx8Avx2: about 6.5 KiB ahead
+    for (size_t line = 0; line < sizeof blk; line += 64) hwy::Prefetch(ahead + line);
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d))),
+                                   _mm256_set1_ps(x.scale[b]));
+    const int8_t* xb = x.q8 + b * fmt::QK8_0;
+    __m256i isum = _mm256_setzero_si256();
+    for (int q = 0; q < 8; ++q) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[q]));
+      const __m256i pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(BroadcastQuad(xb + 4 * q), w));
+      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs, ones));
+    }
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, total);
+  }
+  _mm256_storeu_ps(y, total);
+}
+
+// y[t][r] for interleaved rows [row_begin, row_end) (whole groups) and tokens [token_begin, token_end): a
+// group's weights stay in cache while its tokens pass over them.
+template <TensorType kType>
+HWY_INLINE void InterleavedRows(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
+                                int64_t token_end) {
+  const int64_t nb = job.n_in / tensor_type_info(kType)->block_elements;
   for (int64_t r = row_begin; r < row_end; r += fmt::kInterleavedRows) {
+    const uint8_t* group = job.weights + size_t(r) * job.row_bytes;
     for (int64_t t = token_begin; t < token_end; ++t) {
       HWY_ALIGN float y[fmt::kInterleavedRows];
-      DotGroupQ4Kx8Avx2(groups + r / fmt::kInterleavedRows * nb, nb, TokenAt(job, t), y);
+      if constexpr (kType == TensorType::Q4_K) {
+        DotGroupQ4Kx8Avx2(reinterpret_cast<const fmt::BlockQ4_Kx8*>(group), nb, TokenAt(job, t), y);
+      } else {
+        DotGroupQ8_0x8Avx2(reinterpret_cast<const fmt::BlockQ8_0x8*>(group), nb, TokenAt(job, t), y);
+      }
       std::memcpy(job.y + t * job.n_out + r, y, sizeof y);
     }
   }
 }
 #endif  // HWY_TARGET == HWY_AVX2
 
-// Whether this target multiplies interleaved rows of `type` itself (InterleavedQ4KRows); for others matmul
-// hands the kernels the rows in the file's layout.
+// Whether this target multiplies interleaved rows of `type` itself (InterleavedRows); for others matmul hands
+// the kernels the rows in the file's layout.
 bool HasInterleavedKernel(TensorType type) {
-  return HWY_TARGET == HWY_AVX2 && type == TensorType::Q4_K;
+  return HWY_TARGET == HWY_AVX2 && (type == TensorType::Q4_K || type == TensorType::Q8_0);
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1067,8 +1097,8 @@ template <TensorType kType>
 void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                      int64_t token_end) {
 #if HWY_TARGET == HWY_AVX2
-  if constexpr (kType == TensorType::Q4_K) {
-    if (job.interleaved) return InterleavedQ4KRows(job, row_begin, row_end, token_begin, token_end);
+  if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q8_0) {
+    if (job.interleaved) return InterleavedRows<kType>(job, row_begin, row_end, token_begin, token_end);
   }
 #endif
   int64_t t0 = token_begin;
@@ -1569,7 +1599,7 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
     int16_t* qt = q + t * n_in;
 #endif
 #if HWY_TARGET == HWY_AVX2
-    int8_t* q8t = q8 + t * n_in;  // for the K-quant kernels (DotSuperBlockQ45KAvx2), which read bytes
+    int8_t* q8t = q8 + t * n_in;  // for the byte kernels (DotSuperBlockQ45KAvx2, the interleaved ones)
 #endif
     for (int64_t g = 0; g < n_groups; ++g) {
       const float* xg = xt + g * group;
@@ -1589,7 +1619,7 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
           hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
 #endif
 #if HWY_TARGET == HWY_AVX2
-          if (group == 256) hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);
+          hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);
 #endif
         }
         const int sum = int(hn::GetLane(hn::SumOfLanes(di, vsum)));

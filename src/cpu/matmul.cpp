@@ -117,21 +117,20 @@ struct ActivationScratch {
   }
 };
 
-// Interleaved matrices come in whole groups of eight Q4_K rows.
+// Interleaved matrices come in whole groups of eight rows of a type with that layout.
 void check_interleaving(const char* what, const WeightMatrix& w) {
-  if (w.interleaved && (w.type != TensorType::Q4_K || w.n_out % formats::kInterleavedRows != 0)) {
-    throw Error(std::string(what) + ": interleaved rows are Q4_K in groups of " +
-                std::to_string(formats::kInterleavedRows) + ", not " + std::string(tensor_type_info(w.type)->name) +
-                " x " + std::to_string(w.n_out) + " rows");
+  if (w.interleaved && (!formats::has_interleaved_layout(w.type) || w.n_out % formats::kInterleavedRows != 0)) {
+    throw Error(std::string(what) + ": interleaved rows come in groups of " + std::to_string(formats::kInterleavedRows) +
+                " of a type with that layout, not " + std::string(tensor_type_info(w.type)->name) + " x " +
+                std::to_string(w.n_out) + " rows");
   }
 }
 
-// Row r of an interleaved matrix in the file's layout, into out (row_bytes).
-void deinterleaved_row(const uint8_t* weights, int64_t n_in, int64_t r, uint8_t* out) {
-  const int64_t nb = n_in / formats::QK_K;
-  const auto* groups = reinterpret_cast<const formats::BlockQ4_Kx8*>(weights);
-  formats::deinterleave_q4_k_row(groups + r / formats::kInterleavedRows * nb, nb, int(r % formats::kInterleavedRows),
-                                 reinterpret_cast<formats::BlockQ4_K*>(out));
+// Row r of an interleaved matrix (row_bytes per row in the file's layout) back in that layout, into out.
+void deinterleaved_row(const WeightMatrix& w, size_t row_bytes, int64_t r, uint8_t* out) {
+  const int64_t n_blocks = w.n_in / tensor_type_info(w.type)->block_elements;
+  const auto* group = static_cast<const uint8_t*>(w.data) + size_t(r / formats::kInterleavedRows) * formats::kInterleavedRows * row_bytes;
+  formats::deinterleave_row(w.type, group, n_blocks, int(r % formats::kInterleavedRows), out);
 }
 
 // A task's rows [row_begin, row_end) of an interleaved matrix for the kernels that read the file's layout:
@@ -139,8 +138,9 @@ void deinterleaved_row(const uint8_t* weights, int64_t n_in, int64_t r, uint8_t*
 // place in y.
 MatmulJob rows_in_file_layout(const MatmulJob& job, int64_t row_begin, int64_t row_end, std::vector<uint8_t>& buffer) {
   buffer.resize(size_t(row_end - row_begin) * job.row_bytes);
+  const WeightMatrix w{job.type, job.weights, job.n_in, job.n_out, true};
   for (int64_t r = row_begin; r < row_end; ++r) {
-    deinterleaved_row(job.weights, job.n_in, r, buffer.data() + size_t(r - row_begin) * job.row_bytes);
+    deinterleaved_row(w, job.row_bytes, r, buffer.data() + size_t(r - row_begin) * job.row_bytes);
   }
   MatmulJob plain = job;
   plain.weights = buffer.data();
@@ -259,7 +259,7 @@ void get_rows(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float* o
     }
     const uint8_t* row = data + size_t(ids[r]) * row_bytes;
     if (w.interleaved) {
-      deinterleaved_row(data, w.n_in, ids[r], file_row.data());
+      deinterleaved_row(w, row_bytes, ids[r], file_row.data());
       row = file_row.data();
     }
     formats::dequantize_row(w.type, row, out + r * w.n_in, w.n_in);

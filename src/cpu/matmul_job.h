@@ -14,8 +14,8 @@ namespace sparrow::cpu {
 struct QuantizedTokens {
   int group = 0;                  // elements per scale: 32 or 256
   const int16_t* q = nullptr;     // [n_tokens][n_in], each in [-127, 127] (not written on the VNNI target)
-  const int8_t* q8 = nullptr;     // the same values as bytes: for the VNNI kernels (written only on that target)
-                                  // and, for group 256, the AVX2 K-quant kernels
+  const int8_t* q8 = nullptr;     // the same values as bytes: for the VNNI kernels and the AVX2 byte kernels
+                                  // (written only on those targets)
   const float* scale = nullptr;   // [n_tokens][n_in / group]
   const float* scaled_sum32 = nullptr;  // [n_tokens][n_in / 32]: scale * (sum of q) over each 32 elements
   // For the VNNI kernels of 32-element blocks (written only on that target, for group 32), per token and pair of
@@ -53,7 +53,7 @@ struct MatmulJob {
   TensorType type;
   const uint8_t* weights;  // n_out rows of row_bytes
   size_t row_bytes;        // of a row in the file's layout
-  bool interleaved;        // rows in groups of eight as formats::BlockQ4_Kx8 (WeightMatrix::interleaved)
+  bool interleaved;        // rows in groups of eight, interleaved (WeightMatrix::interleaved)
   int64_t n_in, n_out, n_tokens;
   const float* x;          // [n_tokens][n_in], used by float weight types
   QuantizedTokens xq;      // used by quantized weight types

@@ -1,21 +1,22 @@
 #pragma once
-// Q4_K rows interleaved eight at a time: the same bytes as eight rows' BlockQ4_K, rearranged so that one
-// 32-byte load holds four quant bytes of each of the eight rows. A one-token GEMV then broadcasts each
-// quad of activations once for eight rows, multiplies the eight rows' sub-block scales as one vector, and
-// ends with the eight dot products in the lanes of one register: per super-block about half the
-// instructions of a row at a time, whose per-block scale unpacking was as much work as the products.
+// Weight rows interleaved eight at a time: the same bytes as eight rows' blocks, rearranged so that one 32-byte
+// load holds four quant bytes of each of the eight rows. A one-token GEMV then broadcasts each quad of
+// activations once for eight rows, applies the eight rows' block scales as one vector, and ends with the eight
+// dot products in the lanes of one register: per block about half the instructions of a row at a time,
+// whose per-block scale unpacking was as much work as the products.
 // The CPU's weight store makes this layout at load (cpu/cpu_weight_store.cpp) where its kernels have a
 // fast path for it (cpu::matmul_interleaves); matrices in it say so in WeightMatrix::interleaved.
 #include <cstddef>
 #include <cstdint>
 
 #include "formats/weight_blocks.h"
+#include "gguf/tensor_types.h"
 
 namespace sparrow::formats {
 
 constexpr int kInterleavedRows = 8;
 
-// Super-block b of rows 8g .. 8g + 7.
+// Q4_K: super-block b of rows 8g .. 8g + 7.
 struct BlockQ4_Kx8 {
   f16_bits d[kInterleavedRows], dmin[kInterleavedRows];  // row r's d and dmin
   uint32_t scale_words[3][kInterleavedRows];              // [k][r]: bytes 4k .. 4k + 3 of row r's scales
@@ -23,10 +24,20 @@ struct BlockQ4_Kx8 {
 };
 static_assert(sizeof(BlockQ4_Kx8) == kInterleavedRows * sizeof(BlockQ4_K), "a rearrangement, not a new format");
 
-// Eight rows of n_super Q4_K super-blocks (row r at rows + r * row_bytes) to n_super interleaved blocks.
-void interleave_q4_k_rows(const uint8_t* rows, size_t row_bytes, int64_t n_super, BlockQ4_Kx8* out);
+// Q8_0: block b of rows 8g .. 8g + 7.
+struct BlockQ8_0x8 {
+  f16_bits d[kInterleavedRows];           // row r's d
+  int8_t qs[8][kInterleavedRows][4];      // [quad q][r]: row r's qs[4q .. 4q + 3]
+};
+static_assert(sizeof(BlockQ8_0x8) == kInterleavedRows * sizeof(BlockQ8_0), "a rearrangement, not a new format");
 
-// Row r (0..7) of n_super interleaved blocks back in the file's layout: n_super BlockQ4_K at out.
-void deinterleave_q4_k_row(const BlockQ4_Kx8* group, int64_t n_super, int r, BlockQ4_K* out);
+// Whether `type` has an interleaved layout (Q4_K, Q8_0).
+bool has_interleaved_layout(TensorType type);
+
+// Eight rows of n_blocks blocks of `type` (row r at rows + r * row_bytes) to n_blocks interleaved blocks at out.
+void interleave_rows(TensorType type, const uint8_t* rows, size_t row_bytes, int64_t n_blocks, void* out);
+
+// Row r (0..7) of n_blocks interleaved blocks back in the file's layout: n_blocks blocks at out.
+void deinterleave_row(TensorType type, const void* group, int64_t n_blocks, int r, uint8_t* out);
 
 }  // namespace sparrow::formats

@@ -14,8 +14,8 @@ struct WeightMatrix {
   const void* data = nullptr;
   int64_t n_in = 0;
   int64_t n_out = 0;
-  // Rows stored in groups of eight as formats::BlockQ4_Kx8 (weight_interleave.h), a layout the CPU's weight
-  // store makes for its kernels; false: the file's rows, one after another.
+  // Rows stored in groups of eight as the type's interleaved blocks (formats/weight_interleave.h), a layout the
+  // CPU's weight store makes for its kernels; false: the file's rows, one after another.
   bool interleaved = false;
 };
 

@@ -125,14 +125,14 @@ struct Shape {
   int64_t n_in, n_out;
 };
 
-// Q4_K rows in the file's layout rearranged eight at a time (formats/weight_interleave.h).
-std::vector<uint8_t> interleaved_q4_k(const std::vector<uint8_t>& file_rows, Shape s) {
+// Rows in the file's layout rearranged eight at a time (formats/weight_interleave.h).
+std::vector<uint8_t> interleaved(const TypeCase& c, const std::vector<uint8_t>& file_rows, Shape s) {
   std::vector<uint8_t> out(file_rows.size());
-  const int64_t n_super = s.n_in / formats::QK_K;
-  const size_t row_bytes = size_t(n_super) * sizeof(formats::BlockQ4_K);
+  const int64_t n_blocks = s.n_in / c.block_elements;
+  const size_t row_bytes = size_t(n_blocks) * c.block_bytes, group_bytes = formats::kInterleavedRows * row_bytes;
   for (int64_t g = 0; g < s.n_out / formats::kInterleavedRows; ++g) {
-    formats::interleave_q4_k_rows(file_rows.data() + size_t(g) * formats::kInterleavedRows * row_bytes, row_bytes,
-                                  n_super, reinterpret_cast<formats::BlockQ4_Kx8*>(out.data()) + g * n_super);
+    formats::interleave_rows(c.type, file_rows.data() + size_t(g) * group_bytes, row_bytes, n_blocks,
+                             out.data() + size_t(g) * group_bytes);
   }
   return out;
 }
@@ -145,9 +145,9 @@ void check_matmul(const TypeCase& c, Shape s, int64_t n_tokens, ThreadPool& pool
   const auto w = dequantized_matrix(c, bytes, s.n_in, s.n_out);
   const auto x = random_activations(s.n_in * n_tokens, seed + 1);
   std::vector<float> y(n_tokens * s.n_out, NAN);
-  const bool interleaved = layout == Layout::kInterleaved;
-  const auto stored = interleaved ? interleaved_q4_k(bytes, s) : bytes;
-  matmul(pool, WeightMatrix{c.type, stored.data(), s.n_in, s.n_out, interleaved}, x.data(), n_tokens, y.data());
+  const bool is_interleaved = layout == Layout::kInterleaved;
+  const auto stored = is_interleaved ? interleaved(c, bytes, s) : bytes;
+  matmul(pool, WeightMatrix{c.type, stored.data(), s.n_in, s.n_out, is_interleaved}, x.data(), n_tokens, y.data());
   // The kernels' only approximation is the 8-bit activation rounding: against activations rounded the same
   // way, what is left is float accumulation order (1e-5 of sum |w x|).
   const auto x8 = testing::ggml_activations(formats::weight_format(c.type, "test").activation, x);
@@ -170,7 +170,7 @@ void check_matmul(const TypeCase& c, Shape s, int64_t n_tokens, ThreadPool& pool
         }
       const double got = y[t * s.n_out + o];
       const auto where = [&] {
-        return std::string(c.name) + (interleaved ? " interleaved" : "") + " n_in=" + std::to_string(s.n_in) + " n_out=" + std::to_string(s.n_out) +
+        return std::string(c.name) + (is_interleaved ? " interleaved" : "") + " n_in=" + std::to_string(s.n_in) + " n_out=" + std::to_string(s.n_out) +
                " tokens=" + std::to_string(n_tokens) + " threads=" + std::to_string(pool.size()) + " token " +
                std::to_string(t) + " row " + std::to_string(o);
       };
@@ -212,42 +212,46 @@ TEST(Matmul, EverySimdTargetCompiledInMatchesTheReference) {
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
-const TypeCase& q4_k_case() {
+const TypeCase& type_case(TensorType type) {
   for (const auto& c : all_types()) {
-    if (c.type == TensorType::Q4_K) return c;
+    if (c.type == type) return c;
   }
-  throw std::logic_error("no Q4_K case");
+  throw std::logic_error("no case for that type");
 }
 
-// Interleaved Q4_K rows (the CPU weight store's layout where cpu::matmul_interleaves): the same products as the
-// file's layout, for one token (the interleaved kernel), a few (tokens over a group's rows) and a prompt (the
+// Interleaved rows (the CPU weight store's layout where cpu::matmul_interleaves): the same products as the
+// file's layout, for one token (the interleaved kernels), a few (tokens over a group's rows) and a prompt (the
 // GEMM, which reads the rows back in the file's layout), on every thread count and SIMD target.
-TEST(Matmul, InterleavedQ4KRowsMatchTheReference) {
+TEST(Matmul, InterleavedRowsMatchTheReference) {
   ThreadPool one(1), two(2);
   uint32_t seed = 300;
-  for (Shape s : {Shape{256, 8}, Shape{512, 64}, Shape{2560, 24}}) {
-    for (int64_t n_tokens : {1, 3, 37}) {
-      check_matmul(q4_k_case(), s, n_tokens, one, seed++, Layout::kInterleaved);
-      check_matmul(q4_k_case(), s, n_tokens, two, seed++, Layout::kInterleaved);
-      if (HasFatalFailure()) return;
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+    for (Shape s : {Shape{256, 8}, Shape{512, 64}, Shape{2560, 24}}) {
+      for (int64_t n_tokens : {1, 3, 37}) {
+        check_matmul(type_case(type), s, n_tokens, one, seed++, Layout::kInterleaved);
+        check_matmul(type_case(type), s, n_tokens, two, seed++, Layout::kInterleaved);
+        if (HasFatalFailure()) return;
+      }
     }
   }
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     hwy::GetChosenTarget().Update(hwy::SupportedTargets());
     SCOPED_TRACE(hwy::TargetName(target));
-    for (int64_t n_tokens : {1, 5, 37}) check_matmul(q4_k_case(), Shape{512, 16}, n_tokens, two, seed++, Layout::kInterleaved);
+    for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+      for (int64_t n_tokens : {1, 5, 37}) check_matmul(type_case(type), Shape{512, 16}, n_tokens, two, seed++, Layout::kInterleaved);
+    }
   }
   hwy::SetSupportedTargetsForTest(0);
   hwy::GetChosenTarget().Update(hwy::SupportedTargets());
 }
 
-TEST(Matmul, InterleavedRowsAreQ4KInWholeGroups) {
+TEST(Matmul, InterleavedRowsComeInWholeGroupsOfATypeWithThatLayout) {
   ThreadPool pool(1);
   std::vector<uint8_t> bytes(16 * sizeof(formats::BlockQ4_K));
   std::vector<float> x(512), y(16);
   EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q4_K, bytes.data(), 256, 12, true}, x.data(), 1, y.data()), Error);
-  EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q8_0, bytes.data(), 32, 8, true}, x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q6_K, bytes.data(), 256, 8, true}, x.data(), 1, y.data()), Error);
   const int32_t id = 0;
   EXPECT_THROW(get_rows(WeightMatrix{TensorType::Q4_K, bytes.data(), 256, 4, true}, &id, 1, x.data()), Error);
 }
@@ -311,16 +315,20 @@ TEST(GetRows, EqualsDequantizeRowBitForBit) {
   }
 }
 
-TEST(GetRows, InterleavedQ4KRowsEqualDequantizeRowBitForBit) {
-  const Shape s{512, 48};
-  const auto bytes = random_weights(q4_k_case(), s.n_in, s.n_out, 12);
-  const auto w = dequantized_matrix(q4_k_case(), bytes, s.n_in, s.n_out);
-  const auto stored = interleaved_q4_k(bytes, s);
-  const std::vector<int32_t> ids = {0, 47, 7, 8, 8, 21};
-  std::vector<float> out(ids.size() * s.n_in);
-  get_rows(WeightMatrix{TensorType::Q4_K, stored.data(), s.n_in, s.n_out, true}, ids.data(), int64_t(ids.size()), out.data());
-  for (size_t r = 0; r < ids.size(); ++r) {
-    EXPECT_EQ(std::memcmp(out.data() + r * s.n_in, w.data() + ids[r] * s.n_in, s.n_in * sizeof(float)), 0) << "id " << ids[r];
+TEST(GetRows, InterleavedRowsEqualDequantizeRowBitForBit) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+    const TypeCase& c = type_case(type);
+    const Shape s{512, 48};
+    const auto bytes = random_weights(c, s.n_in, s.n_out, 12);
+    const auto w = dequantized_matrix(c, bytes, s.n_in, s.n_out);
+    const auto stored = interleaved(c, bytes, s);
+    const std::vector<int32_t> ids = {0, 47, 7, 8, 8, 21};
+    std::vector<float> out(ids.size() * s.n_in);
+    get_rows(WeightMatrix{type, stored.data(), s.n_in, s.n_out, true}, ids.data(), int64_t(ids.size()), out.data());
+    for (size_t r = 0; r < ids.size(); ++r) {
+      EXPECT_EQ(std::memcmp(out.data() + r * s.n_in, w.data() + ids[r] * s.n_in, s.n_in * sizeof(float)), 0)
+          << c.name << " id " << ids[r];
+    }
   }
 }
 

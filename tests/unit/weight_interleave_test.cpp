@@ -1,4 +1,4 @@
-// Interleaved Q4_K rows (formats/weight_interleave.h) against the layout's definition, written out here, and
+// Interleaved rows (formats/weight_interleave.h) against the layout's definition, written out here, and
 // the CPU weight store that makes them.
 #include <cstring>
 #include <random>
@@ -13,23 +13,37 @@
 namespace sparrow::formats {
 namespace {
 
-// n_rows rows of n_super random Q4_K blocks (every byte random: the rearrangement never looks at values).
-std::vector<uint8_t> random_rows(int64_t n_rows, int64_t n_super, uint32_t seed) {
+// n_rows rows of n_blocks random blocks of `Block` (every byte random: the rearrangement never looks at values).
+template <class Block>
+std::vector<uint8_t> random_rows(int64_t n_rows, int64_t n_blocks, uint32_t seed) {
   std::mt19937 rng(seed);
-  std::vector<uint8_t> bytes(size_t(n_rows * n_super) * sizeof(BlockQ4_K));
+  std::vector<uint8_t> bytes(size_t(n_rows * n_blocks) * sizeof(Block));
   for (uint8_t& b : bytes) b = uint8_t(rng());
   return bytes;
 }
 
-TEST(WeightInterleave, EveryByteOfEightRowsLandsWhereTheLayoutSays) {
-  const int64_t n_super = 3;
-  const auto bytes = random_rows(kInterleavedRows, n_super, 1);
-  std::vector<BlockQ4_Kx8> groups(n_super);
-  interleave_q4_k_rows(bytes.data(), n_super * sizeof(BlockQ4_K), n_super, groups.data());
+// Row r's block b of n_blocks-block rows.
+template <class Block>
+Block row_block(const std::vector<uint8_t>& bytes, int64_t n_blocks, int r, int64_t b) {
+  Block block;
+  std::memcpy(&block, bytes.data() + size_t(r * n_blocks + b) * sizeof(Block), sizeof block);
+  return block;
+}
+
+template <class Group>
+std::vector<Group> interleaved(TensorType type, const std::vector<uint8_t>& bytes, int64_t n_blocks) {
+  std::vector<Group> groups(static_cast<size_t>(n_blocks));
+  interleave_rows(type, bytes.data(), bytes.size() / kInterleavedRows, n_blocks, groups.data());
+  return groups;
+}
+
+TEST(WeightInterleave, EveryByteOfEightQ4KRowsLandsWhereTheLayoutSays) {
+  const int64_t n_blocks = 3;
+  const auto bytes = random_rows<BlockQ4_K>(kInterleavedRows, n_blocks, 1);
+  const auto groups = interleaved<BlockQ4_Kx8>(TensorType::Q4_K, bytes, n_blocks);
   for (int r = 0; r < kInterleavedRows; ++r) {
-    for (int64_t b = 0; b < n_super; ++b) {
-      BlockQ4_K row;
-      std::memcpy(&row, bytes.data() + size_t(r * n_super + b) * sizeof(BlockQ4_K), sizeof row);
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const BlockQ4_K row = row_block<BlockQ4_K>(bytes, n_blocks, r, b);
       const BlockQ4_Kx8& g = groups[b];
       EXPECT_EQ(g.d[r], row.d);
       EXPECT_EQ(g.dmin[r], row.dmin);
@@ -43,24 +57,43 @@ TEST(WeightInterleave, EveryByteOfEightRowsLandsWhereTheLayoutSays) {
   }
 }
 
-TEST(WeightInterleave, EachRowComesBackBitForBit) {
-  const int64_t n_super = 5;
-  const size_t row_bytes = n_super * sizeof(BlockQ4_K);
-  const auto bytes = random_rows(kInterleavedRows, n_super, 2);
-  std::vector<BlockQ4_Kx8> groups(n_super);
-  interleave_q4_k_rows(bytes.data(), row_bytes, n_super, groups.data());
+TEST(WeightInterleave, EveryByteOfEightQ8_0RowsLandsWhereTheLayoutSays) {
+  const int64_t n_blocks = 5;
+  const auto bytes = random_rows<BlockQ8_0>(kInterleavedRows, n_blocks, 2);
+  const auto groups = interleaved<BlockQ8_0x8>(TensorType::Q8_0, bytes, n_blocks);
   for (int r = 0; r < kInterleavedRows; ++r) {
-    std::vector<BlockQ4_K> row(n_super);
-    deinterleave_q4_k_row(groups.data(), n_super, r, row.data());
-    EXPECT_EQ(std::memcmp(row.data(), bytes.data() + r * row_bytes, row_bytes), 0) << "row " << r;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const BlockQ8_0 row = row_block<BlockQ8_0>(bytes, n_blocks, r, b);
+      EXPECT_EQ(groups[b].d[r], row.d);
+      for (int q = 0; q < 8; ++q) {
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(groups[b].qs[q][r][i], row.qs[4 * q + i]) << r << " " << b;
+      }
+    }
   }
+}
+
+TEST(WeightInterleave, EachRowComesBackBitForBit) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+    const int64_t n_blocks = 5;
+    const size_t row_bytes = size_t(n_blocks) * tensor_type_info(type)->block_bytes;
+    std::vector<uint8_t> bytes(kInterleavedRows * row_bytes), groups(bytes.size()), row(row_bytes);
+    std::mt19937 rng(3);
+    for (uint8_t& b : bytes) b = uint8_t(rng());
+    interleave_rows(type, bytes.data(), row_bytes, n_blocks, groups.data());
+    EXPECT_NE(groups, bytes);
+    for (int r = 0; r < kInterleavedRows; ++r) {
+      deinterleave_row(type, groups.data(), n_blocks, r, row.data());
+      EXPECT_EQ(std::memcmp(row.data(), bytes.data() + r * row_bytes, row_bytes), 0) << "row " << r;
+    }
+  }
+  EXPECT_FALSE(has_interleaved_layout(TensorType::Q6_K));
 }
 
 // The store rearranges Q4_K matrices of whole groups that are multiplied where the kernels read them faster,
 // once per file tensor, and hands back every other matrix (lookup tables among them) as it is.
 TEST(CpuWeightStore, InterleavesQ4KWhereTheKernelsWantItOncePerTensor) {
   const int64_t n_in = 512, n_super = n_in / QK_K;
-  const auto bytes = random_rows(16, n_super, 3);
+  const auto bytes = random_rows<BlockQ4_K>(16, n_super, 3);
   auto store = make_cpu_weight_store();
   const WeightMatrix host{TensorType::Q4_K, bytes.data(), n_in, 16};
   const WeightMatrix placed = store->place(host, false, WeightUse::kMatmul), again = store->place(host, false, WeightUse::kMatmul);
@@ -76,9 +109,9 @@ TEST(CpuWeightStore, InterleavesQ4KWhereTheKernelsWantItOncePerTensor) {
 
   const WeightMatrix partial_group{TensorType::Q4_K, bytes.data(), n_in, 12};
   EXPECT_FALSE(store->place(partial_group, false, WeightUse::kMatmul).interleaved);
-  const std::vector<uint8_t> table = random_rows(16, n_super, 4);
+  const std::vector<uint8_t> table = random_rows<BlockQ4_K>(16, n_super, 4);
   EXPECT_FALSE(store->place(WeightMatrix{TensorType::Q4_K, table.data(), n_in, 16}, false, WeightUse::kLookup).interleaved);
-  const WeightMatrix other_type{TensorType::Q8_0, bytes.data(), 256, 16};
+  const WeightMatrix other_type{TensorType::Q6_K, bytes.data(), 256, 16};
   EXPECT_EQ(store->place(other_type, false, WeightUse::kMatmul).data, other_type.data);
 }
 
