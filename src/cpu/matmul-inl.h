@@ -998,6 +998,46 @@ HWY_INLINE void DotGroupQ8_0x8Avx2(const fmt::BlockQ8_0x8* group, int64_t nb, co
   _mm256_storeu_ps(y, total);
 }
 
+// Q5_0 rows interleaved eight at a time (formats::BlockQ5_0x8) times one token, on AVX2: each 32-byte load holds
+// quants 4q..4q + 3 (low nibbles) and 16 + 4q.. (high nibbles) of every row, their fifth bits picked out of the
+// rows' qh words byte by byte; vpmaddubsw of the unsigned 5-bit values (at most 4 * 2 * 31 * 127 per half-block
+// sum in int16) and vpmaddwd into int32, weighed per block by d * d_x; the quants' offset of -16 is the block's
+// -16 * d_w * (d_x * sum of x) from QuantizedTokens::scaled_sum32.
+HWY_INLINE void DotGroupQ5_0x8Avx2(const fmt::BlockQ5_0x8* group, int64_t nb, const TokenQ& x, float* y) {
+  const __m256i ones = _mm256_set1_epi16(1), nibble = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
+  // vpshufb indices copying byte k of each 32-bit lane into all four of its bytes.
+  const auto spread = [](int k) { return _mm256_add_epi8(_mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0,
+                                                                           0x04040404, 0x08080808, 0x0C0C0C0C),
+                                                         _mm256_set1_epi8(char(k))); };
+  const __m256i qh_byte[4] = {spread(0), spread(1), spread(2), spread(3)};
+  // Byte i of a lane tests bit i (even quads) or 4 + i (odd quads) of the qh byte it holds.
+  const __m256i bit[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(int(0x80402010u))};
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const fmt::BlockQ5_0x8& blk = group[b];
+    const char* ahead = reinterpret_cast<const char*>(&blk + 36);  // as in DotGroupQ4Kx8Avx2: about 6 KiB ahead
+    for (size_t line = 0; line < sizeof blk; line += 64) hwy::Prefetch(ahead + line);
+    const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
+    const int8_t* xb = x.q8 + b * fmt::QK5_0;
+    __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+    for (int q = 0; q < 4; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[q]));
+      const __m256i& m = bit[q % 2];
+      const __m256i fifth_lo = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, qh_byte[q / 2]), m), m);
+      const __m256i fifth_hi = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, qh_byte[2 + q / 2]), m), m);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, nibble), _mm256_and_si256(fifth_lo, sixteen));
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), _mm256_and_si256(fifth_hi, sixteen));
+      sum_lo = _mm256_add_epi16(sum_lo, _mm256_maddubs_epi16(lo, BroadcastQuad(xb + 4 * q)));
+      sum_hi = _mm256_add_epi16(sum_hi, _mm256_maddubs_epi16(hi, BroadcastQuad(xb + 16 + 4 * q)));
+    }
+    const __m256i isum = _mm256_add_epi32(_mm256_madd_epi16(sum_lo, ones), _mm256_madd_epi16(sum_hi, ones));
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_mul_ps(d_w, _mm256_set1_ps(x.scale[b])), total);
+    total = _mm256_fnmadd_ps(_mm256_mul_ps(d_w, _mm256_set1_ps(16.0f)), _mm256_set1_ps(x.scaled_sum32[b]), total);
+  }
+  _mm256_storeu_ps(y, total);
+}
+
 // y[t][r] for interleaved rows [row_begin, row_end) (whole groups) and tokens [token_begin, token_end): a
 // group's weights stay in cache while its tokens pass over them.
 template <TensorType kType>
@@ -1010,8 +1050,10 @@ HWY_INLINE void InterleavedRows(const MatmulJob& job, int64_t row_begin, int64_t
       HWY_ALIGN float y[fmt::kInterleavedRows];
       if constexpr (kType == TensorType::Q4_K) {
         DotGroupQ4Kx8Avx2(reinterpret_cast<const fmt::BlockQ4_Kx8*>(group), nb, TokenAt(job, t), y);
-      } else {
+      } else if constexpr (kType == TensorType::Q8_0) {
         DotGroupQ8_0x8Avx2(reinterpret_cast<const fmt::BlockQ8_0x8*>(group), nb, TokenAt(job, t), y);
+      } else {
+        DotGroupQ5_0x8Avx2(reinterpret_cast<const fmt::BlockQ5_0x8*>(group), nb, TokenAt(job, t), y);
       }
       std::memcpy(job.y + t * job.n_out + r, y, sizeof y);
     }
@@ -1021,9 +1063,11 @@ HWY_INLINE void InterleavedRows(const MatmulJob& job, int64_t row_begin, int64_t
 
 // Whether this target multiplies interleaved rows of `type` itself (InterleavedRows); for others matmul hands
 // the kernels the rows in the file's layout.
-bool HasInterleavedKernel(TensorType type) {
-  return HWY_TARGET == HWY_AVX2 && (type == TensorType::Q4_K || type == TensorType::Q8_0);
+constexpr bool InterleavedKernelFor(TensorType type) {
+  return HWY_TARGET == HWY_AVX2 && (type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0);
 }
+
+bool HasInterleavedKernel(TensorType type) { return InterleavedKernelFor(type); }
 
 // ---------------------------------------------------------------------------------------------------------
 // Row loops.
@@ -1097,7 +1141,7 @@ template <TensorType kType>
 void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                      int64_t token_end) {
 #if HWY_TARGET == HWY_AVX2
-  if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q8_0) {
+  if constexpr (InterleavedKernelFor(kType)) {
     if (job.interleaved) return InterleavedRows<kType>(job, row_begin, row_end, token_begin, token_end);
   }
 #endif

@@ -89,6 +89,7 @@ struct ActivationScratch {
   }
 
   std::vector<float> rounded;
+  std::vector<uint8_t> file_rows;  // a slab of an interleaved matrix's rows in the file's layout, for the GEMM
   const float* round_to(formats::ActivationFormat format, const float* x, int64_t n) {
     rounded.resize(size_t(n));
     formats::round_activations(format, x, n, rounded.data());
@@ -159,9 +160,7 @@ int64_t rows_per_task(int64_t n_out, int n_threads, int64_t multiple) {
 }
 
 // Tasks split interleaved matrices at group boundaries.
-int64_t row_multiple(const MatmulJob& job, int64_t at_least) {
-  return job.interleaved ? std::max<int64_t>(at_least, formats::kInterleavedRows) : at_least;
-}
+int64_t task_row_multiple(const MatmulJob& job) { return job.interleaved ? formats::kInterleavedRows : 1; }
 
 // Tokens per task for prompt processing: a tile of tokens is multiplied against a row chunk that stays in
 // cache; tiles bound the activation footprint (bytes of int16 activations) to about a quarter of L2.
@@ -171,6 +170,25 @@ int64_t tokens_per_task(int64_t n_tokens, int64_t n_in) {
   return std::min(n_tokens, fit);
 }
 
+// The GEMM over rows [0, n_rows) of job and all n_vectors token vectors, split into tasks.
+void gemm_row_range(ThreadPool& pool, const MatmulJob& job, const PackedTokens& packed, int64_t n_rows,
+                    int64_t n_vectors, int64_t tokens_per_vector) {
+  // Tasks: row chunks x token-vector chunks; a chunk's packed activations stay in L2 (about 256 KiB).
+  const int64_t vector_bytes = tokens_per_vector * job.n_in * 2;
+  const int64_t vectors_per_task =
+      std::max<int64_t>(kGemmVectorsPerTile, (256 * 1024 / vector_bytes) / kGemmVectorsPerTile * kGemmVectorsPerTile);
+  const int64_t token_tasks = (n_vectors + vectors_per_task - 1) / vectors_per_task;
+  // About 8 tasks per thread in all; row chunks a multiple of 4 rows (the GEMM's row block on AVX-512).
+  const int64_t row_chunks = std::max<int64_t>(1, (8 * pool.size() + token_tasks - 1) / token_tasks);
+  const int64_t row_step = std::max<int64_t>(4, ((n_rows + row_chunks - 1) / row_chunks + 3) / 4 * 4);
+  const int64_t row_tasks = (n_rows + row_step - 1) / row_step;
+  const auto gemm = HWY_DYNAMIC_DISPATCH(GemmRows);
+  pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
+    const int64_t r0 = (task % row_tasks) * row_step, v0 = (task / row_tasks) * vectors_per_task;
+    gemm(job, packed, r0, std::min(n_rows, r0 + row_step), v0, std::min(n_vectors, v0 + vectors_per_task));
+  });
+}
+
 // Prompt processing: the first n_gemm tokens (whole GEMM tiles) through the GEMM with packed activations.
 void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vector, int64_t n_gemm,
                  ActivationScratch& scratch) {
@@ -178,32 +196,34 @@ void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vect
   const PackedTokens packed = scratch.packed(n_gemm, n_in, job.xq.group);
   const auto pack = HWY_DYNAMIC_DISPATCH(PackTokenVectors);
   pool.parallel_for(n_vectors, [&](int64_t tv, int) { pack(job.xq, n_in, tv, tv + 1, packed); });
+  if (!job.interleaved) return gemm_row_range(pool, job, packed, job.n_out, n_vectors, tokens_per_vector);
 
-  // Tasks: row chunks x token-vector chunks; a chunk's packed activations stay in L2 (about 256 KiB).
-  const int64_t vector_bytes = tokens_per_vector * n_in * 2;
-  const int64_t vectors_per_task =
-      std::max<int64_t>(kGemmVectorsPerTile, (256 * 1024 / vector_bytes) / kGemmVectorsPerTile * kGemmVectorsPerTile);
-  const int64_t token_tasks = (n_vectors + vectors_per_task - 1) / vectors_per_task;
-  // About 8 tasks per thread in all; row chunks a multiple of 4 rows (the GEMM's row block on AVX-512).
-  const int64_t row_chunks = std::max<int64_t>(1, (8 * pool.size() + token_tasks - 1) / token_tasks);
-  const int64_t multiple = row_multiple(job, 4);
-  const int64_t row_step = std::max<int64_t>(multiple, ((job.n_out + row_chunks - 1) / row_chunks + multiple - 1) / multiple * multiple);
-  const int64_t row_tasks = (job.n_out + row_step - 1) / row_step;
-  const auto gemm = HWY_DYNAMIC_DISPATCH(GemmRows);
-  pool.parallel_for(row_tasks * token_tasks, [&](int64_t task, int) {
-    const int64_t r0 = (task % row_tasks) * row_step, v0 = (task / row_tasks) * vectors_per_task;
-    const int64_t r1 = std::min(job.n_out, r0 + row_step), v1 = std::min(n_vectors, v0 + vectors_per_task);
-    if (!job.interleaved) return gemm(job, packed, r0, r1, v0, v1);
-    static thread_local std::vector<uint8_t> file_rows;
-    gemm(rows_in_file_layout(job, r0, r1, file_rows), packed, 0, r1 - r0, v0, v1);
-  });
+  // The GEMM reads rows in the file's layout: an interleaved matrix goes back to it a slab of about 4 MiB at a
+  // time, each slab once for all the tokens.
+  const int64_t slab_rows =
+      std::max<int64_t>(formats::kInterleavedRows, int64_t(4 << 20) / int64_t(job.row_bytes) / formats::kInterleavedRows * formats::kInterleavedRows);
+  const WeightMatrix w{job.type, job.weights, job.n_in, job.n_out, true};
+  for (int64_t r0 = 0; r0 < job.n_out; r0 += slab_rows) {
+    const int64_t n_rows = std::min(slab_rows, job.n_out - r0);
+    scratch.file_rows.resize(size_t(n_rows) * job.row_bytes);
+    pool.parallel_for(n_rows / formats::kInterleavedRows, [&](int64_t g, int) {
+      for (int64_t r = g * formats::kInterleavedRows; r < (g + 1) * formats::kInterleavedRows; ++r) {
+        deinterleaved_row(w, job.row_bytes, r0 + r, scratch.file_rows.data() + size_t(r) * job.row_bytes);
+      }
+    });
+    MatmulJob slab = job;
+    slab.weights = scratch.file_rows.data();
+    slab.interleaved = false;
+    slab.y = job.y + r0;  // rows from 0 in the slab; y keeps its stride of n_out
+    gemm_row_range(pool, slab, packed, n_rows, n_vectors, tokens_per_vector);
+  }
 }
 
 // Tokens [token_begin, n_tokens) with the per-row kernels.
 void matmul_rows(ThreadPool& pool, const MatmulJob& job, int64_t token_begin) {
   const int64_t n_tokens = job.n_tokens - token_begin;
   if (n_tokens <= 0) return;
-  const int64_t row_step = rows_per_task(job.n_out, pool.size(), row_multiple(job, 1));
+  const int64_t row_step = rows_per_task(job.n_out, pool.size(), task_row_multiple(job));
   const int64_t token_step = tokens_per_task(n_tokens, job.n_in);
   const int64_t row_tasks = (job.n_out + row_step - 1) / row_step;
   const int64_t token_tasks = (n_tokens + token_step - 1) / token_step;

@@ -43,18 +43,35 @@ struct Interleaving<TensorType::Q8_0> {
   }
 };
 
+template <>
+struct Interleaving<TensorType::Q5_0> {
+  using Block = BlockQ5_0;
+  using Group = BlockQ5_0x8;
+  template <class Piece>
+  static void for_each_piece(int r, Piece piece) {
+    piece(offsetof(Group, d) + sizeof(f16_bits) * r, offsetof(Block, d), sizeof(f16_bits));
+    piece(offsetof(Group, qh) + 4 * r, offsetof(Block, qh), 4);
+    for (int quad = 0; quad < 4; ++quad) {
+      piece(offsetof(Group, qs) + 4 * (kInterleavedRows * quad + r), offsetof(Block, qs) + 4 * quad, 4);
+    }
+  }
+};
+
 template <class Fn>
 void visit_interleaving(TensorType type, Fn fn) {
   switch (type) {
     case TensorType::Q4_K: return fn(Interleaving<TensorType::Q4_K>{});
     case TensorType::Q8_0: return fn(Interleaving<TensorType::Q8_0>{});
+    case TensorType::Q5_0: return fn(Interleaving<TensorType::Q5_0>{});
     default: throw Error("weight type " + std::string(tensor_type_info(type)->name) + " has no interleaved layout");
   }
 }
 
 }  // namespace
 
-bool has_interleaved_layout(TensorType type) { return type == TensorType::Q4_K || type == TensorType::Q8_0; }
+bool has_interleaved_layout(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0;
+}
 
 void interleave_rows(TensorType type, const uint8_t* rows, size_t row_bytes, int64_t n_blocks, void* out) {
   visit_interleaving(type, [&](auto layout) {

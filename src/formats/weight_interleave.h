@@ -31,7 +31,15 @@ struct BlockQ8_0x8 {
 };
 static_assert(sizeof(BlockQ8_0x8) == kInterleavedRows * sizeof(BlockQ8_0), "a rearrangement, not a new format");
 
-// Whether `type` has an interleaved layout (Q4_K, Q8_0).
+// Q5_0: block b of rows 8g .. 8g + 7.
+struct BlockQ5_0x8 {
+  f16_bits d[kInterleavedRows];             // row r's d
+  uint32_t qh[kInterleavedRows];            // row r's fifth bits (bit j: element j), little-endian
+  uint8_t qs[4][kInterleavedRows][4];       // [quad q][r]: row r's qs[4q .. 4q + 3] (elements 4q.. and 16 + 4q..)
+};
+static_assert(sizeof(BlockQ5_0x8) == kInterleavedRows * sizeof(BlockQ5_0), "a rearrangement, not a new format");
+
+// Whether `type` has an interleaved layout (Q4_K, Q8_0, Q5_0).
 bool has_interleaved_layout(TensorType type);
 
 // Eight rows of n_blocks blocks of `type` (row r at rows + r * row_bytes) to n_blocks interleaved blocks at out.

@@ -225,7 +225,7 @@ const TypeCase& type_case(TensorType type) {
 TEST(Matmul, InterleavedRowsMatchTheReference) {
   ThreadPool one(1), two(2);
   uint32_t seed = 300;
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0}) {
     for (Shape s : {Shape{256, 8}, Shape{512, 64}, Shape{2560, 24}}) {
       for (int64_t n_tokens : {1, 3, 37}) {
         check_matmul(type_case(type), s, n_tokens, one, seed++, Layout::kInterleaved);
@@ -234,11 +234,13 @@ TEST(Matmul, InterleavedRowsMatchTheReference) {
       }
     }
   }
+  // A prompt over a matrix of more than 4 MiB: the GEMM takes its rows back to the file's layout in slabs.
+  check_matmul(type_case(TensorType::Q8_0), Shape{2560, 1600}, 37, two, seed++, Layout::kInterleaved);
   for (int64_t target : hwy::SupportedAndGeneratedTargets()) {
     hwy::SetSupportedTargetsForTest(target);
     hwy::GetChosenTarget().Update(hwy::SupportedTargets());
     SCOPED_TRACE(hwy::TargetName(target));
-    for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+    for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0}) {
       for (int64_t n_tokens : {1, 5, 37}) check_matmul(type_case(type), Shape{512, 16}, n_tokens, two, seed++, Layout::kInterleaved);
     }
   }
@@ -316,7 +318,7 @@ TEST(GetRows, EqualsDequantizeRowBitForBit) {
 }
 
 TEST(GetRows, InterleavedRowsEqualDequantizeRowBitForBit) {
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0}) {
     const TypeCase& c = type_case(type);
     const Shape s{512, 48};
     const auto bytes = random_weights(c, s.n_in, s.n_out, 12);

@@ -72,8 +72,24 @@ TEST(WeightInterleave, EveryByteOfEightQ8_0RowsLandsWhereTheLayoutSays) {
   }
 }
 
+TEST(WeightInterleave, EveryByteOfEightQ5_0RowsLandsWhereTheLayoutSays) {
+  const int64_t n_blocks = 4;
+  const auto bytes = random_rows<BlockQ5_0>(kInterleavedRows, n_blocks, 5);
+  const auto groups = interleaved<BlockQ5_0x8>(TensorType::Q5_0, bytes, n_blocks);
+  for (int r = 0; r < kInterleavedRows; ++r) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const BlockQ5_0 row = row_block<BlockQ5_0>(bytes, n_blocks, r, b);
+      EXPECT_EQ(groups[b].d[r], row.d);
+      EXPECT_EQ(std::memcmp(&groups[b].qh[r], row.qh, 4), 0);
+      for (int q = 0; q < 4; ++q) {
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(groups[b].qs[q][r][i], row.qs[4 * q + i]) << r << " " << b;
+      }
+    }
+  }
+}
+
 TEST(WeightInterleave, EachRowComesBackBitForBit) {
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0}) {
     const int64_t n_blocks = 5;
     const size_t row_bytes = size_t(n_blocks) * tensor_type_info(type)->block_bytes;
     std::vector<uint8_t> bytes(kInterleavedRows * row_bytes), groups(bytes.size()), row(row_bytes);
