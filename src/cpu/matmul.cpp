@@ -127,26 +127,24 @@ void check_interleaving(const char* what, const WeightMatrix& w) {
   }
 }
 
-// Row r of an interleaved matrix (row_bytes per row in the file's layout) back in that layout, into out.
-void deinterleaved_row(const WeightMatrix& w, size_t row_bytes, int64_t r, uint8_t* out) {
-  const int64_t n_blocks = w.n_in / tensor_type_info(w.type)->block_elements;
-  const auto* group = static_cast<const uint8_t*>(w.data) + size_t(r / formats::kInterleavedRows) * formats::kInterleavedRows * row_bytes;
-  formats::deinterleave_row(w.type, group, n_blocks, int(r % formats::kInterleavedRows), out);
+// Rows [row_begin, row_end) of an interleaved matrix (row_bytes per row in the file's layout) back in that
+// layout, one after another at out.
+void deinterleave_rows(TensorType type, const uint8_t* data, int64_t n_in, size_t row_bytes, int64_t row_begin,
+                       int64_t row_end, uint8_t* out) {
+  const int64_t n_blocks = n_in / tensor_type_info(type)->block_elements;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const uint8_t* group = data + size_t(r / formats::kInterleavedRows) * formats::kInterleavedRows * row_bytes;
+    formats::deinterleave_row(type, group, n_blocks, int(r % formats::kInterleavedRows), out + size_t(r - row_begin) * row_bytes);
+  }
 }
 
-// A task's rows [row_begin, row_end) of an interleaved matrix for the kernels that read the file's layout:
-// rearranged into `buffer`, as a job of their own whose row 0 is row_begin and whose outputs land at their
-// place in y.
-MatmulJob rows_in_file_layout(const MatmulJob& job, int64_t row_begin, int64_t row_end, std::vector<uint8_t>& buffer) {
-  buffer.resize(size_t(row_end - row_begin) * job.row_bytes);
-  const WeightMatrix w{job.type, job.weights, job.n_in, job.n_out, true};
-  for (int64_t r = row_begin; r < row_end; ++r) {
-    deinterleaved_row(w, job.row_bytes, r, buffer.data() + size_t(r - row_begin) * job.row_bytes);
-  }
+// For the kernels that read the file's layout: a job over `rows` (that layout) standing for the rows from
+// row_begin of an interleaved job's matrix; its row 0 is row_begin, and its outputs land at their place in y.
+MatmulJob job_over_file_rows(const MatmulJob& job, const uint8_t* rows, int64_t row_begin) {
   MatmulJob plain = job;
-  plain.weights = buffer.data();
+  plain.weights = rows;
   plain.interleaved = false;
-  plain.y = job.y + row_begin;
+  plain.y = job.y + row_begin;  // y keeps its stride of n_out
   return plain;
 }
 
@@ -202,20 +200,15 @@ void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vect
   // time, each slab once for all the tokens.
   const int64_t slab_rows =
       std::max<int64_t>(formats::kInterleavedRows, int64_t(4 << 20) / int64_t(job.row_bytes) / formats::kInterleavedRows * formats::kInterleavedRows);
-  const WeightMatrix w{job.type, job.weights, job.n_in, job.n_out, true};
   for (int64_t r0 = 0; r0 < job.n_out; r0 += slab_rows) {
     const int64_t n_rows = std::min(slab_rows, job.n_out - r0);
     scratch.file_rows.resize(size_t(n_rows) * job.row_bytes);
     pool.parallel_for(n_rows / formats::kInterleavedRows, [&](int64_t g, int) {
-      for (int64_t r = g * formats::kInterleavedRows; r < (g + 1) * formats::kInterleavedRows; ++r) {
-        deinterleaved_row(w, job.row_bytes, r0 + r, scratch.file_rows.data() + size_t(r) * job.row_bytes);
-      }
+      const int64_t first = g * formats::kInterleavedRows;
+      deinterleave_rows(job.type, job.weights, job.n_in, job.row_bytes, r0 + first, r0 + first + formats::kInterleavedRows,
+                        scratch.file_rows.data() + size_t(first) * job.row_bytes);
     });
-    MatmulJob slab = job;
-    slab.weights = scratch.file_rows.data();
-    slab.interleaved = false;
-    slab.y = job.y + r0;  // rows from 0 in the slab; y keeps its stride of n_out
-    gemm_row_range(pool, slab, packed, n_rows, n_vectors, tokens_per_vector);
+    gemm_row_range(pool, job_over_file_rows(job, scratch.file_rows.data(), r0), packed, n_rows, n_vectors, tokens_per_vector);
   }
 }
 
@@ -234,7 +227,9 @@ void matmul_rows(ThreadPool& pool, const MatmulJob& job, int64_t token_begin) {
     const int64_t t0 = token_begin + (task / row_tasks) * token_step, t1 = std::min(job.n_tokens, t0 + token_step);
     if (reads_interleaved || !job.interleaved) return run(job, r0, r1, t0, t1);
     static thread_local std::vector<uint8_t> file_rows;
-    run(rows_in_file_layout(job, r0, r1, file_rows), 0, r1 - r0, t0, t1);
+    file_rows.resize(size_t(r1 - r0) * job.row_bytes);
+    deinterleave_rows(job.type, job.weights, job.n_in, job.row_bytes, r0, r1, file_rows.data());
+    run(job_over_file_rows(job, file_rows.data(), r0), 0, r1 - r0, t0, t1);
   });
 }
 
@@ -279,7 +274,7 @@ void get_rows(const WeightMatrix& w, const int32_t* ids, int64_t n_ids, float* o
     }
     const uint8_t* row = data + size_t(ids[r]) * row_bytes;
     if (w.interleaved) {
-      deinterleaved_row(w, row_bytes, ids[r], file_row.data());
+      deinterleave_rows(w.type, data, w.n_in, row_bytes, ids[r], ids[r] + 1, file_row.data());
       row = file_row.data();
     }
     formats::dequantize_row(w.type, row, out + r * w.n_in, w.n_in);
