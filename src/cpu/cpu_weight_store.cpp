@@ -1,5 +1,5 @@
 // The CPU's weight store: matrices stay in the GGUF file mapping (zero-copy), except those the kernels read
-// faster interleaved (cpu::matmul_interleaves: Q4_K and Q8_0 on AVX2), which are rearranged once into memory of
+// faster interleaved (cpu::matmul_interleaves: Q4_K, Q8_0 and Q5_0 on AVX2), which are rearranged once into memory of
 // their own; vectors are kept in host memory.
 #include <sys/mman.h>
 #include <unistd.h>
