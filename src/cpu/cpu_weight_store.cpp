@@ -33,8 +33,8 @@ class CpuWeightStore final : public WeightStore {
  public:
   WeightMatrix place(const WeightMatrix& host, bool, WeightUse use) override {
     // Lookup tables stay in the file: a lookup reads a few rows, which would then be gathered from eight.
-    if (use == WeightUse::kLookup || host.interleaved || !formats::has_interleaved_layout(host.type) ||
-        host.n_out % formats::kInterleavedRows != 0 || !cpu::matmul_interleaves(host.type)) {
+    if (use == WeightUse::kLookup || host.interleaved || host.n_out % formats::kInterleavedRows != 0 ||
+        !cpu::matmul_interleaves(host.type)) {
       return host;
     }
     auto [it, inserted] = interleaved_.try_emplace(host.data);  // a tied output head is the embedding again

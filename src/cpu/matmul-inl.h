@@ -916,6 +916,15 @@ HWY_INLINE __m256i BroadcastQuad(const int8_t* p) {
   return _mm256_set1_epi32(quad);
 }
 
+// The interleaved kernels read one stream of groups, which the hardware prefetcher follows but not far enough
+// ahead to hide DRAM latency from one core: the block about 6.5 KiB ahead, every cache line of it.
+template <class Group>
+HWY_INLINE void PrefetchGroupsAhead(const Group& blk) {
+  constexpr size_t kAhead = (6656 + sizeof(Group) - 1) / sizeof(Group);
+  const char* ahead = reinterpret_cast<const char*>(&blk + kAhead);
+  for (size_t line = 0; line < sizeof blk; line += 64) hwy::Prefetch(ahead + line);
+}
+
 // vpshufb indices that copy byte k of each 32-bit lane into both of its int16 halves, zero-extended.
 HWY_INLINE __m256i WidenByteToPair(int k) {
   const auto lane = [k](int i) { return int(0x80008000u | uint32_t(4 * i + k) * 0x00010001u); };
@@ -929,9 +938,7 @@ HWY_INLINE void DotGroupQ4Kx8Avx2(const fmt::BlockQ4_Kx8* group, int64_t nb, con
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const fmt::BlockQ4_Kx8& blk = group[b];
-    // The hardware prefetcher follows one stream, but not far enough ahead to hide DRAM latency from one core.
-    const char* ahead = reinterpret_cast<const char*>(&blk + 6);
-    for (size_t line = 0; line < sizeof blk; line += 64) hwy::Prefetch(ahead + line);
+    PrefetchGroupsAhead(blk);
     // The K4 scale unpacking (UnpackScalesMinsK4) on the eight rows' words at once: bytes of lane r are row r's
     // scales 0-3 / 4-7 and mins 0-3 / 4-7.
     const __m256i w0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.scale_words[0]));
@@ -982,8 +989,7 @@ HWY_INLINE void DotGroupQ8_0x8Avx2(const fmt::BlockQ8_0x8* group, int64_t nb, co
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const fmt::BlockQ8_0x8& blk = group[b];
-    const char* ahead = reinterpret_cast<const char*>(&blk + 24);  // as in DotGroupQ4Kx8Avx2: about 6.5 KiB ahead
-    for (size_t line = 0; line < sizeof blk; line += 64) hwy::Prefetch(ahead + line);
+    PrefetchGroupsAhead(blk);
     const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d))),
                                    _mm256_set1_ps(x.scale[b]));
     const int8_t* xb = x.q8 + b * fmt::QK8_0;
@@ -1015,8 +1021,7 @@ HWY_INLINE void DotGroupQ5_0x8Avx2(const fmt::BlockQ5_0x8* group, int64_t nb, co
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const fmt::BlockQ5_0x8& blk = group[b];
-    const char* ahead = reinterpret_cast<const char*>(&blk + 36);  // as in DotGroupQ4Kx8Avx2: about 6 KiB ahead
-    for (size_t line = 0; line < sizeof blk; line += 64) hwy::Prefetch(ahead + line);
+    PrefetchGroupsAhead(blk);
     const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
     const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
     const int8_t* xb = x.q8 + b * fmt::QK5_0;

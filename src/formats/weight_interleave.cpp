@@ -8,8 +8,20 @@
 namespace sparrow::formats {
 namespace {
 
-// Per type: the block pair and the map both directions of the rearrangement follow, as calls of
-// piece(offset in the interleaved block, offset in row r's block, bytes) for every piece of row r.
+// The two kinds of piece, as calls of piece(offset in the interleaved block, offset in row r's block, bytes):
+// a field each row has once, its eight copies side by side ...
+template <class Piece>
+void row_field(Piece& piece, int r, size_t group_offset, size_t block_offset, size_t bytes) {
+  piece(group_offset + bytes * r, block_offset, bytes);
+}
+
+// ... and n 4-byte quads of a row's bytes, quad q of the eight rows side by side.
+template <class Piece>
+void row_quads(Piece& piece, int r, size_t group_offset, size_t block_offset, int n) {
+  for (int q = 0; q < n; ++q) piece(group_offset + 4 * (kInterleavedRows * q + r), block_offset + 4 * q, 4);
+}
+
+// Per type: the block pair and the map both directions of the rearrangement follow, every piece of row r.
 template <TensorType kType>
 struct Interleaving;
 
@@ -19,14 +31,10 @@ struct Interleaving<TensorType::Q4_K> {
   using Group = BlockQ4_Kx8;
   template <class Piece>
   static void for_each_piece(int r, Piece piece) {
-    piece(offsetof(Group, d) + sizeof(f16_bits) * r, offsetof(Block, d), sizeof(f16_bits));
-    piece(offsetof(Group, dmin) + sizeof(f16_bits) * r, offsetof(Block, dmin), sizeof(f16_bits));
-    for (int k = 0; k < 3; ++k) {
-      piece(offsetof(Group, scale_words) + 4 * (kInterleavedRows * k + r), offsetof(Block, scales) + 4 * k, 4);
-    }
-    for (int quad = 0; quad < 32; ++quad) {  // quad 8c + q: qs bytes 32c + 4q .. 32c + 4q + 3 = 4 * quad ..
-      piece(offsetof(Group, qs) + 4 * (kInterleavedRows * quad + r), offsetof(Block, qs) + 4 * quad, 4);
-    }
+    row_field(piece, r, offsetof(Group, d), offsetof(Block, d), sizeof(f16_bits));
+    row_field(piece, r, offsetof(Group, dmin), offsetof(Block, dmin), sizeof(f16_bits));
+    row_quads(piece, r, offsetof(Group, scale_words), offsetof(Block, scales), 3);
+    row_quads(piece, r, offsetof(Group, qs), offsetof(Block, qs), 32);  // quad 8c + q: qs[32c + 4q ..]
   }
 };
 
@@ -36,10 +44,8 @@ struct Interleaving<TensorType::Q8_0> {
   using Group = BlockQ8_0x8;
   template <class Piece>
   static void for_each_piece(int r, Piece piece) {
-    piece(offsetof(Group, d) + sizeof(f16_bits) * r, offsetof(Block, d), sizeof(f16_bits));
-    for (int quad = 0; quad < 8; ++quad) {
-      piece(offsetof(Group, qs) + 4 * (kInterleavedRows * quad + r), offsetof(Block, qs) + 4 * quad, 4);
-    }
+    row_field(piece, r, offsetof(Group, d), offsetof(Block, d), sizeof(f16_bits));
+    row_quads(piece, r, offsetof(Group, qs), offsetof(Block, qs), 8);
   }
 };
 
@@ -49,11 +55,9 @@ struct Interleaving<TensorType::Q5_0> {
   using Group = BlockQ5_0x8;
   template <class Piece>
   static void for_each_piece(int r, Piece piece) {
-    piece(offsetof(Group, d) + sizeof(f16_bits) * r, offsetof(Block, d), sizeof(f16_bits));
-    piece(offsetof(Group, qh) + 4 * r, offsetof(Block, qh), 4);
-    for (int quad = 0; quad < 4; ++quad) {
-      piece(offsetof(Group, qs) + 4 * (kInterleavedRows * quad + r), offsetof(Block, qs) + 4 * quad, 4);
-    }
+    row_field(piece, r, offsetof(Group, d), offsetof(Block, d), sizeof(f16_bits));
+    row_field(piece, r, offsetof(Group, qh), offsetof(Block, qh), 4);
+    row_quads(piece, r, offsetof(Group, qs), offsetof(Block, qs), 4);
   }
 };
 
