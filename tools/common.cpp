@@ -22,7 +22,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
   cmd.add_option("-b,--batch-size", o.n_batch, "tokens per forward pass during prompt processing");
   auto* ctk = cmd.add_option("--cache-type-k", o.cache_type_k,
                               "KV cache codec for K (-ctk): auto (per layer, docs/kernel-decisions.md), f16, f32, "
-                              "bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3, qjl, polar4");
+                              "bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p, tcq2/3/4, qjl, polar4");
   auto* ctv = cmd.add_option("--cache-type-v", o.cache_type_v, "KV cache codec for V (-ctv): as -ctk, except qjl");
   cmd.add_option("--kv-center-keys", o.center_keys,
                  "subtract the sequence's mean key before encoding (softmax-invariant): auto (low-bit K codecs), on, off")

@@ -75,7 +75,7 @@ typedef struct sparrow_context_params {
   int32_t n_batch;        /* tokens per forward pass during prefill; 0: 512 */
   const char* cache_type_k; /* KV codec for K: "auto" (default, or NULL: per layer the pair docs/kernel-decisions.md
                                chose for the backend and head dim), f32, f16, bf16, q8_0, q4_0, tbq2/3/4, tbq3p/4p,
-                               tcq2/3, qjl, polar4 (`sparrow verify` lists them) */
+                               tcq2/3/4, qjl, polar4 (`sparrow verify` lists them) */
   const char* cache_type_v; /* KV codec for V: the same list except qjl (keys only) */
   const char* kv_layers;    /* per-layer overrides, e.g. "0-3:q8_0/tbq4,7:f16" (layers:K/V, or layers:C for both;
                                layers "sliding" or "global" for every layer of that kind); NULL or "": none */

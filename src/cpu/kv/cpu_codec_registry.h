@@ -10,7 +10,7 @@ namespace sparrow::cpu {
 const CodecKernels& stock_kernels(formats::KvCodec codec);  // stock_codecs.cpp: f32, f16, bf16, q8_0, q4_0
 const CodecKernels& tbq_kernels(int bits);                   // turboquant.cpp: tbq2, tbq3, tbq4
 const CodecKernels& tbq_prod_kernels(int bits);              // turboquant_ip.cpp: tbq3p, tbq4p
-const CodecKernels& tcq_kernels(int bits);                   // trellis.cpp: tcq2, tcq3
+const CodecKernels& tcq_kernels(int bits);                   // trellis.cpp: tcq2, tcq3, tcq4
 const CodecKernels& qjl_kernels();                           // qjl.cpp
 const CodecKernels& polar4_kernels();                        // polar.cpp
 

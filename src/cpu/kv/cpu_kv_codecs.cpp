@@ -32,6 +32,7 @@ const CodecKernels& kernels(formats::KvCodec codec) {
     case KvCodec::TBQ4P: return tbq_prod_kernels(4);
     case KvCodec::TCQ2: return tcq_kernels(2);
     case KvCodec::TCQ3: return tcq_kernels(3);
+    case KvCodec::TCQ4: return tcq_kernels(4);
     case KvCodec::QJL: return qjl_kernels();
     case KvCodec::POLAR4: return polar4_kernels();
   }

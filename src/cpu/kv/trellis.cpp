@@ -1,14 +1,14 @@
-// Optimized CPU ops of tcq2/tcq3 (trellis-coded TurboQuant), compiled once per SIMD target through
+// Optimized CPU ops of tcq2/tcq3/tcq4 (trellis-coded TurboQuant), compiled once per SIMD target through
 // hwy/foreach_target.h and picked at run time; same bytes as the references in formats/kv/trellis.cpp.
 //
 // Encode: the Viterbi search is the whole cost (two passes, 1.5 n steps over 2^L states at n = 128). Per step,
 // the best of the 2^k predecessors of each group of states is a min over 2^k neighbouring costs, done in
-// registers with even/odd de-interleaves (three rounds for tcq3, two for tcq2); then every state's cost is that
+// registers with even/odd de-interleaves (k rounds); then every state's cost is that
 // minimum plus the state's squared distance. Every step's costs are kept, and the traceback finds each best
 // predecessor again by the reference's scan. The floats are those of the reference (distances and sums in
 // separate loops so nothing is fused, ties to the lowest index, the same shared normalisation and norm), so
 // encode is bit-exact with the reference on every target.
-// Decode, score, accumulate: the states of eight elements are eight shifts of one 32-bit load of the stream; the
+// Decode, score, accumulate: the states of eight elements are eight shifts of one 64-bit load of the stream; the
 // codebook lookups are gathers, then one multiply-add per element. The rotation is the shared scalar one
 // (formats/kv/rotation.h), applied once per encoded vector, prepared query or finished row.
 #undef HWY_TARGET_INCLUDE
@@ -37,9 +37,6 @@ using DF = hn::CappedTag<float, 16>;
 using DI = hn::RebindToSigned<DF>;
 using VF = hn::Vec<DF>;
 
-// Both trellises have 2^(L-k) = 64 groups of states that share their predecessors.
-constexpr int kGroups = 64;
-
 // ---------------------------------------------------------------------------------------------------------
 // Encode.
 
@@ -47,10 +44,11 @@ constexpr int kGroups = 64;
 // whole so that the traceback can find each best predecessor again (the same first-minimum scan as the
 // reference's) instead of the forward pass tracking indices through its reductions. One buffer per thread:
 // 129 rows of 512 floats is too much for the stack.
-template <int kBits>
+template <int kBits, int kStateBits>
 struct ViterbiTables {
   static constexpr int kFan = 1 << kBits;
-  static constexpr int kStates = kFan * kGroups;
+  static constexpr int kStates = 1 << kStateBits;
+  static constexpr int kGroups = kStates >> kBits;  // groups of states that share their 2^k predecessors
   hwy::AlignedFreeUniquePtr<float[]> rows = hwy::AllocateAligned<float>(size_t(tcq::kMaxSubBlock + 1) * kStates);
   HWY_ALIGN float distance[kStates];
   HWY_ALIGN float best[kGroups];
@@ -78,10 +76,11 @@ HWY_INLINE VF GroupMinima(DF df, VF* c) {
 }
 
 // cost_t = (min over each group of cost_{t-1}) + squared distance of u_t, as formats::tcq's viterbi_step.
-template <int kBits>
+template <int kBits, int kStateBits>
 HWY_INLINE void ViterbiStep(const float* HWY_RESTRICT cb, float u, const float* HWY_RESTRICT cost,
-                            float* HWY_RESTRICT next, ViterbiTables<kBits>& v) {
-  constexpr int kFan = ViterbiTables<kBits>::kFan, kStates = ViterbiTables<kBits>::kStates;
+                            float* HWY_RESTRICT next, ViterbiTables<kBits, kStateBits>& v) {
+  using Tables = ViterbiTables<kBits, kStateBits>;
+  constexpr int kFan = Tables::kFan, kStates = Tables::kStates, kGroups = Tables::kGroups;
   const DF df;
   const int N = int(hn::Lanes(df));
   const VF target = hn::Set(df, u);
@@ -105,9 +104,9 @@ HWY_INLINE void ViterbiStep(const float* HWY_RESTRICT cb, float u, const float* 
 template <int kBits, int kStateBits>
 void ViterbiPath(const float* HWY_RESTRICT cb, const float* HWY_RESTRICT targets, int count, int start_prefix,
                  int end_prefix, uint32_t* HWY_RESTRICT states) {
-  static_assert(kStateBits - kBits == 6, "64 predecessor groups");
-  constexpr int kFan = 1 << kBits, kStates = 1 << kStateBits;
-  ViterbiTables<kBits>& v = ViterbiTables<kBits>::for_this_thread();
+  using Tables = ViterbiTables<kBits, kStateBits>;
+  constexpr int kFan = Tables::kFan, kStates = Tables::kStates, kGroups = Tables::kGroups;
+  Tables& v = Tables::for_this_thread();
   float* start = v.row(0);
   if (start_prefix == tcq::kFree) {
     std::fill(start, start + kStates, 0.0f);
@@ -115,7 +114,7 @@ void ViterbiPath(const float* HWY_RESTRICT cb, const float* HWY_RESTRICT targets
     std::fill(start, start + kStates, std::numeric_limits<float>::infinity());
     start[start_prefix << kBits] = 0;
   }
-  for (int t = 0; t < count; ++t) ViterbiStep<kBits>(cb, targets[t], v.row(t), v.row(t + 1), v);
+  for (int t = 0; t < count; ++t) ViterbiStep<kBits, kStateBits>(cb, targets[t], v.row(t), v.row(t + 1), v);
 
   const float* last_row = v.row(count);
   uint32_t state = end_prefix == tcq::kFree ? 0u : uint32_t(end_prefix) << kBits;
@@ -171,27 +170,29 @@ void EncodeRotated(const tcq::Trellis& tr, float* y, int d, uint8_t* block) {
 
 void Tcq2EncodeRotated(float* y, int d, uint8_t* block) { EncodeRotated<2, 8>(tcq::tcq2_trellis(), y, d, block); }
 void Tcq3EncodeRotated(float* y, int d, uint8_t* block) { EncodeRotated<3, 9>(tcq::tcq3_trellis(), y, d, block); }
+void Tcq4EncodeRotated(float* y, int d, uint8_t* block) { EncodeRotated<4, 8>(tcq::tcq4_trellis(), y, d, block); }
 
 // ---------------------------------------------------------------------------------------------------------
 // Decode, score, accumulate.
 
 // The codebook index (state) of every element of one sub-block. Eight elements span k whole bytes, and their
-// windows all lie in the 32 bits that start one byte before those k bytes, so a group of eight is one load and
+// windows all lie in the 64 bits that start one byte before those k bytes, so a group of eight is one load and
 // eight constant shifts. The stream is copied behind its own last 4 bytes (the trellis is tail-biting: the bits
 // before bit 0 are the stream's last bits) so that the first group's load needs no special case, and ahead of
-// zero bytes.
+// zero bytes (the last group's load reaches 7 - k bytes past the stream).
 template <int kBits, int kStateBits>
 HWY_INLINE void SubBlockStates(const uint8_t* HWY_RESTRICT stream, int n, int32_t* HWY_RESTRICT states) {
-  static_assert(8 + kBits - kStateBits >= 0 && 8 + 8 * kBits <= 32, "eight windows fit one 32-bit load");
-  constexpr int kPad = 4;
-  constexpr uint32_t kMask = (1u << kStateBits) - 1;
+  static_assert(8 + kBits - kStateBits >= 0 && 8 + 8 * kBits <= 64, "eight windows fit one 64-bit load");
+  constexpr int kPad = 4, kTail = 8 - kBits;
+  constexpr uint64_t kMask = (uint64_t(1) << kStateBits) - 1;
   const int bytes = n * kBits / 8;
-  uint8_t padded[kPad + tcq::kMaxSubBlock * kBits / 8 + kPad] = {};  // tcq2's last load reads one byte past
+  uint8_t padded[kPad + tcq::kMaxSubBlock * kBits / 8 + kTail] = {};
   std::memcpy(padded, stream + bytes - kPad, kPad);
   std::memcpy(padded + kPad, stream, size_t(bytes));
   for (int group = 0; group < n / 8; ++group) {
     const uint8_t* p = padded + kPad + kBits * group - 1;
-    const uint32_t word = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+    uint64_t word = 0;
+    for (int b = 0; b < 8; ++b) word |= uint64_t(p[b]) << (8 * b);
     for (int i = 0; i < 8; ++i)  // element 8 group + i: window starts at bit 8 + k i + k - L of the word
       states[8 * group + i] = int32_t((word >> (8 + kBits * i + kBits - kStateBits)) & kMask);
   }
@@ -254,13 +255,18 @@ void Scaled(const tcq::Trellis& tr, float w, const uint8_t* block, int d, float*
 
 float Tcq2Score(const float* q, const uint8_t* b, int d) { return Score<2, 8>(tcq::tcq2_trellis(), q, b, d); }
 float Tcq3Score(const float* q, const uint8_t* b, int d) { return Score<3, 9>(tcq::tcq3_trellis(), q, b, d); }
+float Tcq4Score(const float* q, const uint8_t* b, int d) { return Score<4, 8>(tcq::tcq4_trellis(), q, b, d); }
 void Tcq2DecodeRotated(const uint8_t* b, int d, float* y) { Scaled<2, 8, false>(tcq::tcq2_trellis(), 1.0f, b, d, y); }
 void Tcq3DecodeRotated(const uint8_t* b, int d, float* y) { Scaled<3, 9, false>(tcq::tcq3_trellis(), 1.0f, b, d, y); }
+void Tcq4DecodeRotated(const uint8_t* b, int d, float* y) { Scaled<4, 8, false>(tcq::tcq4_trellis(), 1.0f, b, d, y); }
 void Tcq2Accumulate(float w, const uint8_t* b, int d, float* acc) {
   Scaled<2, 8, true>(tcq::tcq2_trellis(), w, b, d, acc);
 }
 void Tcq3Accumulate(float w, const uint8_t* b, int d, float* acc) {
   Scaled<3, 9, true>(tcq::tcq3_trellis(), w, b, d, acc);
+}
+void Tcq4Accumulate(float w, const uint8_t* b, int d, float* acc) {
+  Scaled<4, 8, true>(tcq::tcq4_trellis(), w, b, d, acc);
 }
 
 // The rows of n consecutive blocks: y^ in the rotated basis, norm * cb[state] per element (decode's values).
@@ -275,6 +281,7 @@ void Expand(const tcq::Trellis& tr, const uint8_t* blocks, int n, int d, float* 
 
 void Tcq2Expand(const uint8_t* b, int n, int d, float* rows) { Expand<2, 8>(tcq::tcq2_trellis(), b, n, d, rows); }
 void Tcq3Expand(const uint8_t* b, int n, int d, float* rows) { Expand<3, 9>(tcq::tcq3_trellis(), b, n, d, rows); }
+void Tcq4Expand(const uint8_t* b, int n, int d, float* rows) { Expand<4, 8>(tcq::tcq4_trellis(), b, n, d, rows); }
 
 // Queries enter the rotated basis and output rows leave it through the shared scalar rotation.
 template <const formats::KvCodecInfo& (*kInfo)(), void (*EncodeRotated)(float*, int, uint8_t*),
@@ -283,12 +290,19 @@ template <const formats::KvCodecInfo& (*kInfo)(), void (*EncodeRotated)(float*, 
 using TcqKernels = CheckedKernels<kInfo, encode_rotating<EncodeRotated>, decode_rotating<DecodeRotated>,
                                   formats::hadamard_rotate, Score, Accumulate, formats::hadamard_unrotate, Expand>;
 
-// This target's kernels of the b-bit codec (b = 2 or 3).
+// This target's kernels of the b-bit codec (b = 2, 3 or 4).
 const CodecKernels& TcqCodecKernels(int bits) {
-  return bits == 2 ? TcqKernels<formats::tcq2_codec, Tcq2EncodeRotated, Tcq2DecodeRotated, Tcq2Score,
-                                Tcq2Accumulate, Tcq2Expand>::kTable
-                   : TcqKernels<formats::tcq3_codec, Tcq3EncodeRotated, Tcq3DecodeRotated, Tcq3Score,
-                                Tcq3Accumulate, Tcq3Expand>::kTable;
+  switch (bits) {
+    case 2:
+      return TcqKernels<formats::tcq2_codec, Tcq2EncodeRotated, Tcq2DecodeRotated, Tcq2Score, Tcq2Accumulate,
+                        Tcq2Expand>::kTable;
+    case 3:
+      return TcqKernels<formats::tcq3_codec, Tcq3EncodeRotated, Tcq3DecodeRotated, Tcq3Score, Tcq3Accumulate,
+                        Tcq3Expand>::kTable;
+    default:
+      return TcqKernels<formats::tcq4_codec, Tcq4EncodeRotated, Tcq4DecodeRotated, Tcq4Score, Tcq4Accumulate,
+                        Tcq4Expand>::kTable;
+  }
 }
 
 }  // namespace sparrow::cpu::HWY_NAMESPACE

@@ -38,6 +38,7 @@ void with_device_codec(formats::KvCodec codec, F&& f) {
     case KvCodec::TBQ4P: return f(std::integral_constant<KvCodec, KvCodec::TBQ4P>{});
     case KvCodec::TCQ2: return f(std::integral_constant<KvCodec, KvCodec::TCQ2>{});
     case KvCodec::TCQ3: return f(std::integral_constant<KvCodec, KvCodec::TCQ3>{});
+    case KvCodec::TCQ4: return f(std::integral_constant<KvCodec, KvCodec::TCQ4>{});
     case KvCodec::QJL: return f(std::integral_constant<KvCodec, KvCodec::QJL>{});
     case KvCodec::POLAR4: return f(std::integral_constant<KvCodec, KvCodec::POLAR4>{});
     case KvCodec::F32: return f(std::integral_constant<KvCodec, KvCodec::F32>{});

@@ -35,8 +35,9 @@ DeviceKvTables upload_codebooks() {
   for (int n : {64, 128})
     for (int bits = 1; bits <= 4; ++bits) books[lloyd_max_slot(n, bits)] = formats::lloyd_max_codebook(n, bits);
   t.lloyd_max = upload(books.data(), books.size());
-  const formats::tcq::Trellis* trellises[2] = {&formats::tcq::tcq2_trellis(), &formats::tcq::tcq3_trellis()};
-  for (int i = 0; i < 2; ++i) {
+  const formats::tcq::Trellis* trellises[3] = {&formats::tcq::tcq2_trellis(), &formats::tcq::tcq3_trellis(),
+                                               &formats::tcq::tcq4_trellis()};
+  for (int i = 0; i < 3; ++i) {
     t.tcq_codebook[i][0] = upload(formats::tcq::scaled_codebook(*trellises[i], 64), size_t(trellises[i]->states()));
     t.tcq_codebook[i][1] = upload(formats::tcq::scaled_codebook(*trellises[i], 128), size_t(trellises[i]->states()));
   }

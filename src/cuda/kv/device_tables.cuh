@@ -33,8 +33,8 @@ struct DeviceKvTables {
   const float* hadamard_out[kHeadDimSlots];  // D2
   // lloyd_max_codebook(n, bits) at [lloyd_max_slot(n, bits)]: n = 64 or 128, bits 1..4.
   const formats::LloydMaxCodebook* lloyd_max;
-  // tcq::scaled_codebook(trellis, n) at [trellis: 0 tcq2, 1 tcq3][n: 0 = 64, 1 = 128]; 2^L floats.
-  const float* tcq_codebook[2][2];
+  // tcq::scaled_codebook(trellis, n) at [trellis: k - 2 (tcq2, tcq3, tcq4)][n: 0 = 64, 1 = 128]; 2^L floats.
+  const float* tcq_codebook[3][2];
   const formats::polar::AngleCodebook* polar_angles;  // levels 1..4 at [level - 1]
   // qjl::projection(m, d) at [m / d - 1][head_dim_slot(d)], row-major m x d; null until a codec that sketches
   // (qjl, tbq3p, tbq4p) is first bound: building them (Gram-Schmidt in double on the host) is not free.

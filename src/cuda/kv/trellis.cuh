@@ -1,5 +1,5 @@
 #pragma once
-// Device ops of trellis-coded TurboQuant (tcq2, tcq3; formats/kv/trellis.{h,cpp}): rotation, then per sub-block
+// Device ops of trellis-coded TurboQuant (tcq2, tcq3, tcq4; formats/kv/trellis.{h,cpp}): rotation, then per sub-block
 // a tail-biting bit-shift trellis path (k bits per element, the last L stream bits index the codebook) and the
 // fp16 corrected norm after the stream.
 //
@@ -30,7 +30,7 @@ struct TrellisCodec {
   static __host__ __device__ int stream_bytes(int n) { return n * kCodeBits / 8; }
   static __host__ __device__ int stride(int d) { return stream_bytes(sub_block(d)) + 2; }
 
-  static __device__ const float* codebook(int n) { return kv_tables().tcq_codebook[kCodeBits == 3][n == 128]; }
+  static __device__ const float* codebook(int n) { return kv_tables().tcq_codebook[kCodeBits - 2][n == 128]; }
 
   // The state of element t of a sub-block's circular stream (n elements): stream bits [k t + k - L, k t + k).
   static __device__ uint32_t state_at(const uint8_t* stream, int n, int t) {
@@ -228,5 +228,8 @@ struct DeviceCodec<formats::KvCodec::TCQ2>
 template <>
 struct DeviceCodec<formats::KvCodec::TCQ3>
     : kv::TrellisCodec<formats::tcq::kTcq3Bits.code_bits, formats::tcq::kTcq3Bits.state_bits> {};
+template <>
+struct DeviceCodec<formats::KvCodec::TCQ4>
+    : kv::TrellisCodec<formats::tcq::kTcq4Bits.code_bits, formats::tcq::kTcq4Bits.state_bits> {};
 
 }  // namespace sparrow::cuda

@@ -15,6 +15,7 @@ const KvCodecInfo& tbq3p_codec();   // turboquant_ip.cpp
 const KvCodecInfo& tbq4p_codec();
 const KvCodecInfo& tcq2_codec();    // trellis.cpp
 const KvCodecInfo& tcq3_codec();
+const KvCodecInfo& tcq4_codec();
 const KvCodecInfo& qjl_codec();     // qjl.cpp
 const KvCodecInfo& polar4_codec();  // polar.cpp
 const KvCodecInfo& f32_codec();     // stock_codecs.cpp

@@ -8,10 +8,10 @@
 namespace sparrow::formats {
 namespace {
 
-const std::array<KvCodecInfo, 14>& registry() {
-  static const std::array<KvCodecInfo, 14> codecs = {
+const std::array<KvCodecInfo, 15>& registry() {
+  static const std::array<KvCodecInfo, 15> codecs = {
       f16_codec(),  bf16_codec(),  q8_0_codec(), q4_0_codec(), tbq2_codec(), tbq3_codec(),  tbq4_codec(),
-      tbq3p_codec(), tbq4p_codec(), tcq2_codec(), tcq3_codec(), qjl_codec(),  polar4_codec(),
+      tbq3p_codec(), tbq4p_codec(), tcq2_codec(), tcq3_codec(), tcq4_codec(), qjl_codec(),  polar4_codec(),
       f32_codec(),
   };
   return codecs;

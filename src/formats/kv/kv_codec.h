@@ -28,7 +28,7 @@ enum class KvCodec : uint8_t {
   F16, BF16, Q8_0, Q4_0,   // stock, llama.cpp-compatible block layouts
   TBQ2, TBQ3, TBQ4,        // TurboQuant MSE: randomized Hadamard + Lloyd-Max codebook + sub-block norm
   TBQ3P, TBQ4P,            // TurboQuant inner-product: (b-1)-bit MSE + 1-bit QJL sketch of the residual
-  TCQ2, TCQ3,              // trellis-coded TurboQuant (Viterbi encode, sliding-window decode)
+  TCQ2, TCQ3, TCQ4,        // trellis-coded TurboQuant (Viterbi encode, sliding-window decode)
   QJL,                     // 1-bit Johnson-Lindenstrauss key sketch + norm (keys only)
   POLAR4,                  // PolarQuant: rotation + 4-level recursive polar transform
   F32,                     // uncompressed (reference runs and llama.cpp parity with an f32 cache)

@@ -1,4 +1,4 @@
-// Trellis-coded TurboQuant (tcq2, tcq3), reference ops: rotate, then per sub-block normalise, find the
+// Trellis-coded TurboQuant (tcq2, tcq3, tcq4), reference ops: rotate, then per sub-block normalise, find the
 // minimum-squared-error path through the tail-biting bit-shift trellis with the Viterbi algorithm (two passes:
 // the junction, then the whole sub-block), and store the path's codes and the corrected norm (layout and trellis
 // in trellis.h). Plain scalar code; the optimized ops are in cpu/kv/trellis.cpp and produce the same bytes.
@@ -78,6 +78,11 @@ const Trellis& tcq3_trellis() {
   return t;
 }
 
+const Trellis& tcq4_trellis() {
+  static const Trellis t = {"tcq4", kTcq4Bits.code_bits, kTcq4Bits.state_bits, kTcq4Codebook};
+  return t;
+}
+
 void check_head_dim(const Trellis& trellis, const char* op, int d) {
   if (!kv_head_dim_supported(d)) {
     throw Error(std::string("kv codec ") + trellis.codec + " " + op + ": head dim " + std::to_string(d) +
@@ -103,8 +108,8 @@ const float* scaled_codebook(const Trellis& trellis, int n) {
     }
     return s;
   };
-  static const Scaled tcq2 = make(tcq2_trellis()), tcq3 = make(tcq3_trellis());
-  const Scaled& s = trellis.code_bits == 2 ? tcq2 : tcq3;
+  static const Scaled tables[] = {make(tcq2_trellis()), make(tcq3_trellis()), make(tcq4_trellis())};
+  const Scaled& s = tables[trellis.code_bits - 2];  // one trellis per code width
   if (n == 64) return s.n64.data();
   if (n == 128) return s.n128.data();
   throw Error(std::string("kv codec ") + trellis.codec + ": no codebook for sub-blocks of " + std::to_string(n) +
@@ -310,6 +315,11 @@ const KvCodecInfo& tcq2_codec() {
 
 const KvCodecInfo& tcq3_codec() {
   static const KvCodecInfo info = tcq::codec_info<tcq::tcq3_trellis>(KvCodec::TCQ3);
+  return info;
+}
+
+const KvCodecInfo& tcq4_codec() {
+  static const KvCodecInfo info = tcq::codec_info<tcq::tcq4_trellis>(KvCodec::TCQ4);
   return info;
 }
 

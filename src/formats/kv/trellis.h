@@ -1,5 +1,5 @@
 #pragma once
-// Trellis-coded TurboQuant (tcq2, tcq3): TurboQuant's rotation and per-sub-block norm, but instead of quantizing
+// Trellis-coded TurboQuant (tcq2, tcq3, tcq4): TurboQuant's rotation and per-sub-block norm, but instead of quantizing
 // each coordinate on its own, the codes of a sub-block form one path through a bit-shift trellis and are chosen
 // together by the Viterbi algorithm (minimum squared error over the whole sub-block). Trellis-coded quantization:
 // Marcellin & Fischer, IEEE Trans. Commun. 1990; the bit-shift trellis with a large trained codebook as in QTIP
@@ -9,10 +9,10 @@
 // element. The reconstruction of element t is codebook[state_t], where state_t is the last L bits of the stream
 // after element t's code, i.e. stream bits [k t + k - L, k t + k):
 //     state_t = (state_{t-1} >> k) | (code_t << (L - k)),      code_t = state_t >> (L - k).
-// tcq3: k = 3, L = 9 (512 states); tcq2: k = 2, L = 8 (256 states).
+// tcq4: k = 4, L = 8 (256 states); tcq3: k = 3, L = 9 (512 states); tcq2: k = 2, L = 8 (256 states).
 // The trellis is tail-biting: the stream is read as a circle, so the bits before bit 0 are the stream's last
 // L - k bits (the codes of its last (L - k) / k elements) and state_{-1} = state_{n-1}. Nothing but the norm is
-// stored besides the codes (3.125 and 2.125 bits per element at n = 128), and no element is worse off than
+// stored besides the codes (4.125, 3.125 and 2.125 bits per element at n = 128), and no element is worse off than
 // another: a fixed start state would leave element 0 only 2^k reachable values and cost 10-18% of tcq3's MSE.
 // Encoding (after QTIP's tail-biting search, Tseng et al. 2024, algorithm 4): a first Viterbi pass, free at both
 // ends, over the elements around the junction (the last W and first W, W = min(32, n/2)) decides the codes of the
@@ -52,6 +52,7 @@ struct TrellisBits {
 };
 inline constexpr TrellisBits kTcq2Bits = {2, 8};
 inline constexpr TrellisBits kTcq3Bits = {3, 9};
+inline constexpr TrellisBits kTcq4Bits = {4, 8};
 
 struct Trellis {
   const char* codec;     // "tcq3"
@@ -69,6 +70,7 @@ struct Trellis {
 
 const Trellis& tcq2_trellis();
 const Trellis& tcq3_trellis();
+const Trellis& tcq4_trellis();
 
 // Bytes of one encoded head vector; throws sparrow::Error naming the codec unless d is a supported head dim.
 size_t block_bytes(const Trellis& trellis, int d);
