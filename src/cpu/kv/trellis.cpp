@@ -8,8 +8,8 @@
 // predecessor again by the reference's scan. The floats are those of the reference (distances and sums in
 // separate loops so nothing is fused, ties to the lowest index, the same shared normalisation and norm), so
 // encode is bit-exact with the reference on every target.
-// Decode, score, accumulate: the states of eight elements are eight shifts of one 64-bit load of the stream; the
-// codebook lookups are gathers, then one multiply-add per element. The rotation is the shared scalar one
+// Decode, score, accumulate: the states of a vector of elements are one byte shuffle of a 16-byte load of the
+// stream, a shift and a mask; the codebook lookups are gathers, then one multiply-add per element. The rotation is the shared scalar one
 // (formats/kv/rotation.h), applied once per encoded vector, prepared query or finished row.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kv/trellis.cpp"
@@ -175,28 +175,66 @@ void Tcq4EncodeRotated(float* y, int d, uint8_t* block) { EncodeRotated<4, 8>(tc
 // ---------------------------------------------------------------------------------------------------------
 // Decode, score, accumulate.
 
-// The codebook index (state) of every element of one sub-block. Eight elements span k whole bytes, and their
-// windows all lie in the 64 bits that start one byte before those k bytes, so a group of eight is one load and
-// eight constant shifts. The stream is copied behind its own last 4 bytes (the trellis is tail-biting: the bits
-// before bit 0 are the stream's last bits) so that the first group's load needs no special case, and ahead of
-// zero bytes (the last group's load reaches 7 - k bytes past the stream).
+// The codebook indices (states) of one sub-block's elements, a vector at a time. The stream is copied behind its
+// own last 4 bytes (the trellis is tail-biting: the bits before bit 0 are the stream's last bits) and ahead of
+// zero bytes, so that no window needs a special case. Element t = 8 g + i has its window at stream bit
+// k t + k - L, which is bit 8 + k i + k - L of the 16 bytes from byte k g - 1 on, for every i < 16. So max(N, 8) elements are one 16-byte load copied into every 128-bit block, one byte shuffle
+// that gives each lane the 32 bits from its window's byte on, a shift by the lane's bit and a mask; the scalar
+// target reads each window from the same bytes.
 template <int kBits, int kStateBits>
-HWY_INLINE void SubBlockStates(const uint8_t* HWY_RESTRICT stream, int n, int32_t* HWY_RESTRICT states) {
-  static_assert(8 + kBits - kStateBits >= 0 && 8 + 8 * kBits <= 64, "eight windows fit one 64-bit load");
-  constexpr int kPad = 4, kTail = 8 - kBits;
-  constexpr uint64_t kMask = (uint64_t(1) << kStateBits) - 1;
-  const int bytes = n * kBits / 8;
-  uint8_t padded[kPad + tcq::kMaxSubBlock * kBits / 8 + kTail] = {};
-  std::memcpy(padded, stream + bytes - kPad, kPad);
-  std::memcpy(padded + kPad, stream, size_t(bytes));
-  for (int group = 0; group < n / 8; ++group) {
-    const uint8_t* p = padded + kPad + kBits * group - 1;
-    uint64_t word = 0;
-    for (int b = 0; b < 8; ++b) word |= uint64_t(p[b]) << (8 * b);
-    for (int i = 0; i < 8; ++i)  // element 8 group + i: window starts at bit 8 + k i + k - L of the word
-      states[8 * group + i] = int32_t((word >> (8 + kBits * i + kBits - kStateBits)) & kMask);
+class SubBlockStates {
+  static constexpr int kPad = 4, kTail = 16;
+  static constexpr int kMaxLanes = 16;
+  static_assert(kStateBits - kBits <= 8 && kStateBits + 7 <= 32 && (8 + kMaxLanes * kBits - kStateBits) / 8 + 3 < 16,
+                "the 32 bits from every window's byte on, for 16 elements, lie in the 16 bytes from the lead byte");
+  static constexpr uint32_t kMask = (1u << kStateBits) - 1;
+
+  // Per lane i < 16: the byte of its window (relative to the group's lead byte) and the bit within it.
+  static constexpr int window_byte(int i) { return (8 + kBits * i + kBits - kStateBits) / 8; }
+  static constexpr int window_bit(int i) { return (8 + kBits * i + kBits - kStateBits) % 8; }
+  struct Pattern {
+    uint8_t bytes[4 * kMaxLanes];  // lane i: its four bytes, window_byte(i) on
+    uint32_t bits[kMaxLanes];
+  };
+  static constexpr Pattern pattern() {
+    Pattern p{};
+    for (int i = 0; i < kMaxLanes; ++i) {
+      for (int b = 0; b < 4; ++b) p.bytes[4 * i + b] = uint8_t(window_byte(i) + b);
+      p.bits[i] = uint32_t(window_bit(i));
+    }
+    return p;
   }
-}
+  static constexpr Pattern kPattern = pattern();
+
+  uint8_t padded_[kPad + tcq::kMaxSubBlock * kBits / 8 + kTail] = {};
+
+  // The lead byte of element t's group of 8.
+  const uint8_t* lead(int t) const { return padded_ + kPad + kBits * (t / 8) - 1; }
+
+ public:
+  SubBlockStates(const uint8_t* HWY_RESTRICT stream, int n) {
+    const int bytes = n * kBits / 8;
+    std::memcpy(padded_, stream + bytes - kPad, kPad);
+    std::memcpy(padded_ + kPad, stream, size_t(bytes));
+  }
+
+  // The states of elements t .. t + Lanes(di) - 1 (t a multiple of the lane count).
+  template <class DI>
+  HWY_INLINE hn::Vec<DI> At(DI di, int t) const {
+#if HWY_TARGET == HWY_SCALAR
+    const uint8_t* p = lead(t) + window_byte(t % 8);
+    const uint32_t word = uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+    return hn::Set(di, int32_t((word >> window_bit(t % 8)) & kMask));
+#else
+    const hn::RebindToUnsigned<DI> du;
+    const hn::Repartition<uint8_t, DI> du8;
+    const int i = t % 8;  // 0, or 4 for the second half of a group with 4 lanes
+    const auto bytes = hn::LoadDup128(du8, lead(t));
+    const auto words = hn::BitCast(du, hn::TableLookupBytes(bytes, hn::LoadU(du8, kPattern.bytes + 4 * i)));
+    return hn::BitCast(di, hn::And(words >> hn::LoadU(du, kPattern.bits + i), hn::Set(du, kMask)));
+#endif
+  }
+};
 
 template <int kBits, int kStateBits>
 HWY_INLINE float SubBlockDot(const float* HWY_RESTRICT q, const uint8_t* HWY_RESTRICT stream, int n,
@@ -204,12 +242,11 @@ HWY_INLINE float SubBlockDot(const float* HWY_RESTRICT q, const uint8_t* HWY_RES
   const DF df;
   const DI di;
   const int N = int(hn::Lanes(df));
-  HWY_ALIGN int32_t states[tcq::kMaxSubBlock];
-  SubBlockStates<kBits, kStateBits>(stream, n, states);
+  const SubBlockStates<kBits, kStateBits> states(stream, n);
   VF s0 = hn::Zero(df), s1 = hn::Zero(df);
   for (int t = 0; t < n; t += 2 * N) {
-    s0 = hn::MulAdd(hn::LoadU(df, q + t), hn::GatherIndex(df, cb, hn::Load(di, states + t)), s0);
-    s1 = hn::MulAdd(hn::LoadU(df, q + t + N), hn::GatherIndex(df, cb, hn::Load(di, states + t + N)), s1);
+    s0 = hn::MulAdd(hn::LoadU(df, q + t), hn::GatherIndex(df, cb, states.At(di, t)), s0);
+    s1 = hn::MulAdd(hn::LoadU(df, q + t + N), hn::GatherIndex(df, cb, states.At(di, t + N)), s1);
   }
   return hn::GetLane(hn::SumOfLanes(df, hn::Add(s0, s1)));
 }
@@ -221,11 +258,10 @@ HWY_INLINE void SubBlockScaled(float scale, const uint8_t* HWY_RESTRICT stream, 
   const DF df;
   const DI di;
   const int N = int(hn::Lanes(df));
-  HWY_ALIGN int32_t states[tcq::kMaxSubBlock];
-  SubBlockStates<kBits, kStateBits>(stream, n, states);
+  const SubBlockStates<kBits, kStateBits> states(stream, n);
   const VF s = hn::Set(df, scale);
   for (int t = 0; t < n; t += N) {
-    const VF value = hn::GatherIndex(df, cb, hn::Load(di, states + t));
+    const VF value = hn::GatherIndex(df, cb, states.At(di, t));
     hn::StoreU(kAdd ? hn::MulAdd(s, value, hn::LoadU(df, out + t)) : hn::Mul(s, value), df, out + t);
   }
 }
