@@ -8,7 +8,8 @@
 //  - few tokens (decode): a micro-kernel of kRows rows x up to kTile tokens walks each row once; a block is
 //    unpacked once for all tokens of the tile, an activation vector loaded once for all rows;
 //  - prompts: a GEMM with tokens in the vector lanes (see "Prompt processing" below), each row unpacked once
-//    per task and used for every token (on AVX3_DL as int8 by vpdpbusd: "The GEMM with VNNI").
+//    per task and used for every token (on AVX3_DL as int8 by vpdpbusd: "The GEMM with VNNI"; on AVX2 the
+//    4- and 5-bit types as bytes by vpmaddubsw: "The byte GEMM on AVX2").
 // On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
 // Q4_K/Q5_K multiply bytes instead: 64 quants per vector, by vpdpbusd (see "Legacy blocks with VNNI") or by
 // vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni, DotSuperBlockQ6KVnni). On AVX2
@@ -1189,31 +1190,48 @@ constexpr int kGemmVecs = kGemmVectorsPerTile;
 // Tokens per vector of the GEMM on this target (0: the target has no GEMM path).
 size_t GemmTokensPerVector() { return kLanes >= 8 ? kTokensPerVec : 0; }
 
-// Packs token vectors [tv_begin, tv_end) (tokens tv * kTokensPerVec ...) from the per-token layout.
-void PackTokenVectors(const QuantizedTokens& xq, int64_t n_in, int64_t tv_begin, int64_t tv_end,
+// Whether this target's GEMM of the weight type reads PackedTokens::quads (bytes) rather than q (int16): every
+// type on the VNNI target; on AVX2 the types whose unsigned quants times signed activations cannot overflow
+// vpmaddubsw's int16 pairs (see "The byte GEMM on AVX2").
+constexpr bool GemmReadsQuads(TensorType type) {
+#if HWY_TARGET == HWY_AVX3_DL
+  (void)type;
+  return true;
+#elif HWY_TARGET == HWY_AVX2
+  return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q5_0 ||
+         type == TensorType::Q5_1 || type == TensorType::Q4_K || type == TensorType::Q5_K;
+#else
+  (void)type;
+  return false;
+#endif
+}
+
+// Packs token vectors [tv_begin, tv_end) (tokens tv * kTokensPerVec ...) from the per-token layout, as the
+// GEMM of `type` reads them.
+void PackTokenVectors(TensorType type, const QuantizedTokens& xq, int64_t n_in, int64_t tv_begin, int64_t tv_end,
                       const PackedTokens& out) {
   const int64_t NT = int64_t(kTokensPerVec);
   const int64_t n_groups = n_in / xq.group, n_sums = n_in / 32;
+  const bool quads = GemmReadsQuads(type);
+  // x + 128 on the VNNI target (vpdpbusd's unsigned operand), x itself on AVX2 (vpmaddubsw's signed one).
+  const uint32_t flip = HWY_TARGET == HWY_AVX3_DL ? 0x80808080u : 0u;
   for (int64_t tv = tv_begin; tv < tv_end; ++tv) {
-#if HWY_TARGET == HWY_AVX3_DL
-    uint8_t* q8u_out = out.q8u + tv * n_in * NT;
-#else
-    int16_t* q_out = out.q + tv * n_in * NT;
-#endif
     for (int64_t t = 0; t < NT; ++t) {
       const int64_t token = tv * NT + t;
-#if HWY_TARGET == HWY_AVX3_DL
-      const int8_t* q8_in = xq.q8 + token * n_in;
-      for (int64_t p = 0; p < n_in / 4; ++p) {
-        uint32_t quad;
-        std::memcpy(&quad, q8_in + 4 * p, 4);
-        quad ^= 0x80808080u;  // x + 128
-        std::memcpy(q8u_out + 4 * (p * NT + t), &quad, 4);
+      if (quads) {
+        const int8_t* q8_in = xq.q8 + token * n_in;
+        uint8_t* quads_out = out.quads + tv * n_in * NT;
+        for (int64_t p = 0; p < n_in / 4; ++p) {
+          uint32_t quad;
+          std::memcpy(&quad, q8_in + 4 * p, 4);
+          quad ^= flip;
+          std::memcpy(quads_out + 4 * (p * NT + t), &quad, 4);
+        }
+      } else {
+        const int16_t* q_in = xq.q + token * n_in;
+        int16_t* q_out = out.q + tv * n_in * NT;
+        for (int64_t p = 0; p < n_in / 2; ++p) std::memcpy(q_out + 2 * (p * NT + t), q_in + 2 * p, 4);
       }
-#else
-      const int16_t* q_in = xq.q + token * n_in;
-      for (int64_t p = 0; p < n_in / 2; ++p) std::memcpy(q_out + 2 * (p * NT + t), q_in + 2 * p, 4);
-#endif
       for (int64_t g = 0; g < n_groups; ++g) out.scale[(tv * n_groups + g) * NT + t] = xq.scale[token * n_groups + g];
       for (int64_t j = 0; j < n_sums; ++j) out.sums[(tv * n_sums + j) * NT + t] = xq.scaled_sum32[token * n_sums + j];
     }
@@ -1228,6 +1246,16 @@ HWY_INLINE float UnpackQ45KScales(const Block& blk, uint8_t* sc, float* min) {
   UnpackScalesMinsK4(blk.scales, sc, m);
   ScaleEight(m, -ScaleF16(blk.dmin), min);
   return ScaleF16(blk.d);
+}
+
+// The same with the sub-block scales widened for the byte GEMMs' integer weighting: returns d, sub_scale[8] the
+// 6-bit scales, min[8] as UnpackQ45KScales.
+template <class Block, class Int>
+HWY_INLINE float UnpackQ45KSubScales(const Block& blk, Int* sub_scale, float* min) {
+  uint8_t sc[8];
+  const float d = UnpackQ45KScales(blk, sc, min);
+  for (int j = 0; j < 8; ++j) sub_scale[j] = Int(sc[j]);
+  return d;
 }
 
 // One weight row as the GEMM wants it: w[n_in] int16; scale[g] per group (32 elements for legacy types, 256
@@ -1288,6 +1316,22 @@ template <TensorType kType>
 constexpr bool kGemmHasMin = kType == TensorType::Q4_1 || kType == TensorType::Q5_1 ||
                              kType == TensorType::Q4_K || kType == TensorType::Q5_K;
 
+// acc[r][v] += min[r][j] * token vector v's activation sum over elements [32 j, 32 j + 32), for every j: the
+// float term of the mins and offsets of every GEMM.
+template <int R>
+HWY_INLINE void AddMinTerms(const float* const* min, const PackedTokens& x, int64_t tv0, int64_t n_sums,
+                            VF (*acc)[kGemmVectorsPerTile]) {
+  constexpr int64_t NT = int64_t(kTokensPerVec);
+  const DF df;
+  for (int v = 0; v < kGemmVectorsPerTile; ++v) {
+    const float* sums = x.sums + (tv0 + v) * n_sums * NT;
+    for (int64_t j = 0; j < n_sums; ++j) {
+      const VF xs = hn::LoadU(df, sums + j * NT);
+      for (int r = 0; r < R; ++r) acc[r][v] = hn::MulAdd(hn::Set(df, min[r][j]), xs, acc[r][v]);
+    }
+  }
+}
+
 // R unpacked rows times kGemmVecs token vectors: out[r][v * kTokensPerVec + lane].
 template <TensorType kType, int R, int kGroup>
 HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, const float* const* min, int64_t n_in,
@@ -1346,18 +1390,14 @@ HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, con
       }
     }
   }
-  if constexpr (kGemmHasMin<kType>) {
-    for (int v = 0; v < V; ++v) {
-      const float* sums = x.sums + (tv0 + v) * n_sums * NT;
-      for (int64_t j = 0; j < n_sums; ++j) {
-        const VF xs = hn::LoadU(df, sums + j * NT);
-        for (int r = 0; r < R; ++r) acc[r][v] = hn::MulAdd(hn::Set(df, min[r][j]), xs, acc[r][v]);
-      }
-    }
-  }
+  if constexpr (kGemmHasMin<kType>) AddMinTerms<R>(min, x, tv0, n_sums, acc);
   for (int r = 0; r < R; ++r) {
     for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], df, out[r] + v * NT);
   }
+}
+
+constexpr bool IsKQuant(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
 }
 
 #if HWY_TARGET == HWY_AVX3_DL
@@ -1370,9 +1410,6 @@ HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, con
 // and each block or super-block is weighed once by d_w * d_x.
 
 constexpr int GemmSubGroup(TensorType type) { return type == TensorType::Q6_K ? 16 : 32; }
-constexpr bool IsKQuant(TensorType type) {
-  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
-}
 
 // One weight row for the VNNI GEMM: w[n_in] int8; per sub-group its int32 start value and (K-quants) integer
 // sub-block scale; per block or super-block the float scale d; per 32 elements the min (types with mins).
@@ -1386,9 +1423,7 @@ HWY_INLINE void UnpackRowForGemmVnni(const uint8_t* row, int64_t n_in, int8_t* w
     const auto* blocks = reinterpret_cast<const Block*>(row);
     for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
       const Block& blk = blocks[b];
-      uint8_t sc[8];
-      scale[b] = UnpackQ45KScales(blk, sc, min + 8 * b);
-      for (int j = 0; j < 8; ++j) sub_scale[8 * b + j] = sc[j];
+      scale[b] = UnpackQ45KSubScales(blk, sub_scale + 8 * b, min + 8 * b);
       for (int chunk = 0; chunk < 4; ++chunk) {
         const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * chunk));
         __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(q), q, 1);
@@ -1460,12 +1495,12 @@ HWY_INLINE void GemmTileVnni(const int8_t* const* w, const float* const* scale, 
   const uint8_t* xq[V];
   const float* xscale[V];
   for (int v = 0; v < V; ++v) {
-    xq[v] = x.q8u + (tv0 + v) * n_in * NT;
+    xq[v] = x.quads + (tv0 + v) * n_in * NT;
     xscale[v] = x.scale + (tv0 + v) * n_groups * NT;
   }
-  __m512 acc[R][V];
+  VF acc[R][V];
   for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < V; ++v) acc[r][v] = _mm512_setzero_ps();
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(DF());
   }
   for (int64_t g = 0; g < n_groups; ++g) {
     __m512i total[R][V];
@@ -1501,24 +1536,138 @@ HWY_INLINE void GemmTileVnni(const int8_t* const* w, const float* const* scale, 
     for (int v = 0; v < V; ++v) {
       const __m512 dx = _mm512_loadu_ps(xscale[v] + g * NT);
       for (int r = 0; r < R; ++r) {
-        acc[r][v] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[r][v]), _mm512_mul_ps(_mm512_set1_ps(scale[r][g]), dx), acc[r][v]);
+        acc[r][v].raw = _mm512_fmadd_ps(_mm512_cvtepi32_ps(total[r][v]), _mm512_mul_ps(_mm512_set1_ps(scale[r][g]), dx), acc[r][v].raw);
       }
     }
   }
-  if constexpr (kGemmHasMin<kType>) {
-    for (int v = 0; v < V; ++v) {
-      const float* sums = x.sums + (tv0 + v) * n_sums * NT;
-      for (int64_t j = 0; j < n_sums; ++j) {
-        const __m512 xs = _mm512_loadu_ps(sums + j * NT);
-        for (int r = 0; r < R; ++r) acc[r][v] = _mm512_fmadd_ps(_mm512_set1_ps(min[r][j]), xs, acc[r][v]);
-      }
-    }
-  }
+  if constexpr (kGemmHasMin<kType>) AddMinTerms<R>(min, x, tv0, n_sums, acc);
   for (int r = 0; r < R; ++r) {
-    for (int v = 0; v < V; ++v) _mm512_storeu_ps(out[r] + v * NT, acc[r][v]);
+    for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], DF(), out[r] + v * NT);
   }
 }
 #endif  // HWY_TARGET == HWY_AVX3_DL
+
+#if HWY_TARGET == HWY_AVX2
+// The byte GEMM on AVX2, for the types of unsigned quants of at most 5 bits (GemmReadsQuads): the weights are
+// the unsigned operand of vpmaddubsw, as stored (no offset), broadcast four at a time; the activations the signed
+// one, as PackedTokens quads lay them out (one vector: an element quad of 8 tokens). vpmaddubsw adds the products
+// in pairs into int16 lanes (at most 2 * 31 * 127 = 7874), and the pairs of kQuadsPerFlush quads are added in
+// int16 (at most 30480) before vpmaddwd sums each token's lanes into int32, weighed by the K-quant sub-block scale
+// (1 for the legacy blocks). Offsets (Q4_0 q - 8, Q5_0 q - 16) and mins (Q4_1, Q5_1, Q4_K, Q5_K) are the float
+// term per 32 elements, min[j] times the token's activation sum, as in the int16 GEMM; each block or super-block
+// is weighed once by d_w * d_x.
+
+// Quads whose int16 pair sums may be added before they are widened: 8 for 4-bit quants, 4 for 5-bit ones.
+constexpr int QuadsPerFlush(TensorType type) {
+  return type == TensorType::Q5_0 || type == TensorType::Q5_1 || type == TensorType::Q5_K ? 4 : 8;
+}
+
+// One weight row for the byte GEMM: w[n_in] unsigned quants; per block (legacy) or super-block (K-quants) the
+// float scale d; per 32 elements the min term (legacy offsets as o * d) and, for K-quants, the 6-bit sub-block
+// scale.
+template <TensorType kType>
+HWY_INLINE void UnpackRowForGemmBytes(const uint8_t* row, int64_t n_in, uint8_t* w, float* scale, int16_t* sub_scale,
+                                      float* min) {
+  const __m256i low_nibbles = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
+  if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+    constexpr bool kFive = kType == TensorType::Q5_K;
+    using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
+    const auto* blocks = reinterpret_cast<const Block*>(row);
+    for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
+      const Block& blk = blocks[b];
+      scale[b] = UnpackQ45KSubScales(blk, sub_scale + 8 * b, min + 8 * b);
+      // Chunk c: sub-block 2c in the low nibbles of qs[32c ..], 2c + 1 in the high ones; Q5_K's fifth bits are
+      // bits 2c and 2c + 1 of qh[0 .. 32).
+      for (int chunk = 0; chunk < 4; ++chunk) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs + 32 * chunk));
+        __m256i lo = _mm256_and_si256(q, low_nibbles), hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low_nibbles);
+        if constexpr (kFive) {
+          const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh));
+          const __m256i h_lo = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * chunk)), one);
+          const __m256i h_hi = _mm256_and_si256(_mm256_srl_epi16(h, _mm_cvtsi32_si128(2 * chunk + 1)), one);
+          lo = _mm256_or_si256(lo, _mm256_slli_epi16(h_lo, 4));
+          hi = _mm256_or_si256(hi, _mm256_slli_epi16(h_hi, 4));
+        }
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + b * fmt::QK_K + 64 * chunk), lo);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + b * fmt::QK_K + 64 * chunk + 32), hi);
+      }
+    }
+  } else {
+    using L = Legacy<kType>;
+    const auto* blocks = reinterpret_cast<const typename L::Block*>(row);
+    const hn::Rebind<uint8_t, D16> d8;
+    for (int64_t b = 0; b < n_in / 32; ++b) {
+      V16 q[kVecs32];
+      L::Unpack(blocks[b], q);
+      for (size_t k = 0; k < kVecs32; ++k) hn::StoreU(hn::DemoteTo(d8, q[k]), d8, w + 32 * b + k * kLanes);
+      scale[b] = ScaleF16(blocks[b].d);
+      min[b] = L::kHasMin ? ScaleF16(L::Min(blocks[b])) : float(L::kOffset) * scale[b];
+    }
+  }
+}
+
+// R unpacked rows times kGemmVecs token vectors: out[r][v * kTokensPerVec + lane].
+template <TensorType kType, int R>
+HWY_INLINE void GemmTileBytes(const uint8_t* const* w, const float* const* scale, const int16_t* const* sub_scale,
+                              const float* const* min, int64_t n_in, const PackedTokens& x, int64_t tv0,
+                              float (*out)[kGemmVecs * kTokensPerVec]) {
+  constexpr int V = kGemmVecs;
+  constexpr int64_t NT = int64_t(kTokensPerVec);
+  static_assert(NT == 8, "a vector holds an element quad of 8 tokens");
+  constexpr bool kK = IsKQuant(kType);
+  constexpr int kGroup = kK ? fmt::QK_K : 32;  // elements per float scale d (and per activation scale)
+  constexpr int kFlush = QuadsPerFlush(kType);
+  const int64_t n_groups = n_in / kGroup, n_sums = n_in / 32;
+  const uint8_t* xq[V];
+  const float* xscale[V];
+  for (int v = 0; v < V; ++v) {
+    xq[v] = x.quads + (tv0 + v) * n_in * NT;
+    xscale[v] = x.scale + (tv0 + v) * n_groups * NT;
+  }
+  VF acc[R][V];
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) acc[r][v] = hn::Zero(DF());
+  }
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    __m256i isum[R][V];
+    for (int r = 0; r < R; ++r) {
+      for (int v = 0; v < V; ++v) isum[r][v] = _mm256_setzero_si256();
+    }
+    for (int64_t e0 = g * kGroup; e0 < (g + 1) * kGroup; e0 += 4 * kFlush) {
+      __m256i pairs[R][V];
+      for (int r = 0; r < R; ++r) {
+        for (int v = 0; v < V; ++v) pairs[r][v] = _mm256_setzero_si256();
+      }
+      for (int quad = 0; quad < kFlush; ++quad) {
+        const int64_t e = e0 + 4 * quad;
+        __m256i xv[V];
+        for (int v = 0; v < V; ++v) xv[v] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[v] + e * NT));
+        for (int r = 0; r < R; ++r) {
+          int32_t quad_w;
+          std::memcpy(&quad_w, w[r] + e, 4);
+          const __m256i wb = _mm256_set1_epi32(quad_w);
+          for (int v = 0; v < V; ++v) pairs[r][v] = _mm256_add_epi16(pairs[r][v], _mm256_maddubs_epi16(wb, xv[v]));
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256i weight = kK ? _mm256_set1_epi16(sub_scale[r][e0 / 32]) : ones;
+        for (int v = 0; v < V; ++v) isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(pairs[r][v], weight));
+      }
+    }
+    for (int v = 0; v < V; ++v) {
+      const __m256 dx = _mm256_loadu_ps(xscale[v] + g * NT);
+      for (int r = 0; r < R; ++r) {
+        acc[r][v].raw = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][v]), _mm256_mul_ps(_mm256_set1_ps(scale[r][g]), dx), acc[r][v].raw);
+      }
+    }
+  }
+  AddMinTerms<R>(min, x, tv0, n_sums, acc);  // every type here has a min or an offset
+  for (int r = 0; r < R; ++r) {
+    for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], DF(), out[r] + v * NT);
+  }
+}
+#endif  // HWY_TARGET == HWY_AVX2
 
 // Scratch for R unpacked rows, per thread: grown as needed. Scales and starts per 16 elements at most.
 struct GemmRowScratch {
@@ -1527,6 +1676,10 @@ struct GemmRowScratch {
   hwy::AlignedFreeUniquePtr<int32_t[]> start, sub_scale;
 #else
   hwy::AlignedFreeUniquePtr<int16_t[]> w;
+#endif
+#if HWY_TARGET == HWY_AVX2
+  hwy::AlignedFreeUniquePtr<uint8_t[]> w8;  // the byte GEMM's rows
+  hwy::AlignedFreeUniquePtr<int16_t[]> sub_scale16;
 #endif
   hwy::AlignedFreeUniquePtr<float[]> scale, min;
   int64_t capacity = 0;
@@ -1539,17 +1692,61 @@ struct GemmRowScratch {
 #else
     w = hwy::AllocateAligned<int16_t>(size_t(kGemmRows * n_in));
 #endif
+#if HWY_TARGET == HWY_AVX2
+    w8 = hwy::AllocateAligned<uint8_t>(size_t(kGemmRows * n_in));
+    sub_scale16 = hwy::AllocateAligned<int16_t>(size_t(kGemmRows * (n_in / 32)));
+#endif
     scale = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 16)));
     min = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 32)));
     capacity = n_in;
   }
 };
 
+// A tile's outputs: rows row.. of the kGemmVecs token vectors from tv on.
+template <int R>
+HWY_INLINE void StoreGemmTile(const MatmulJob& job, int64_t row, int64_t tv, const float (*out)[kGemmVecs * kTokensPerVec]) {
+  const int64_t NT = int64_t(kTokensPerVec);
+  for (int r = 0; r < R; ++r) {
+    for (int64_t i = 0; i < kGemmVecs * NT; ++i) job.y[(tv * NT + i) * job.n_out + row + r] = out[r][i];
+  }
+}
+
+#if HWY_TARGET == HWY_AVX2
+template <TensorType kType, int R>
+HWY_INLINE void GemmRowBlockBytes(const MatmulJob& job, const PackedTokens& x, int64_t row, int64_t tv_begin,
+                                  int64_t tv_end, GemmRowScratch& scratch) {
+  const int64_t n_in = job.n_in;
+  const uint8_t* w[R];
+  const float* scale[R];
+  const int16_t* sub_scale[R];
+  const float* min[R];
+  for (int r = 0; r < R; ++r) {
+    uint8_t* w_r = scratch.w8.get() + r * n_in;
+    float* scale_r = scratch.scale.get() + r * (n_in / 16);
+    int16_t* sub_scale_r = scratch.sub_scale16.get() + r * (n_in / 32);
+    float* min_r = scratch.min.get() + r * (n_in / 32);
+    UnpackRowForGemmBytes<kType>(job.weights + (row + r) * job.row_bytes, n_in, w_r, scale_r, sub_scale_r, min_r);
+    w[r] = w_r;
+    scale[r] = scale_r;
+    sub_scale[r] = sub_scale_r;
+    min[r] = min_r;
+  }
+  HWY_ALIGN float out[R][kGemmVecs * kTokensPerVec];
+  for (int64_t tv = tv_begin; tv + kGemmVecs <= tv_end; tv += kGemmVecs) {
+    GemmTileBytes<kType, R>(w, scale, sub_scale, min, n_in, x, tv, out);
+    StoreGemmTile<R>(job, row, tv, out);
+  }
+}
+#endif
+
 template <TensorType kType, int R>
 HWY_INLINE void GemmRowBlock(const MatmulJob& job, const PackedTokens& x, int64_t row, int64_t tv_begin,
                              int64_t tv_end, GemmRowScratch& scratch) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (GemmReadsQuads(kType)) return GemmRowBlockBytes<kType, R>(job, x, row, tv_begin, tv_end, scratch);
+#endif
   constexpr int kGroup = fmt::activation_group(fmt::find_weight_format(kType)->activation);
-  const int64_t n_in = job.n_in, NT = int64_t(kTokensPerVec);
+  const int64_t n_in = job.n_in;
   const float* scale[R];
   const float* min[R];
 #if HWY_TARGET == HWY_AVX3_DL
@@ -1586,9 +1783,7 @@ HWY_INLINE void GemmRowBlock(const MatmulJob& job, const PackedTokens& x, int64_
 #else
     GemmTile<kType, R, kGroup>(w, scale, min, n_in, x, tv, out);
 #endif
-    for (int r = 0; r < R; ++r) {
-      for (int64_t i = 0; i < kGemmVecs * NT; ++i) job.y[(tv * NT + i) * job.n_out + row + r] = out[r][i];
-    }
+    StoreGemmTile<R>(job, row, tv, out);
   }
 }
 

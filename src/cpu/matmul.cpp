@@ -99,15 +99,15 @@ struct ActivationScratch {
   // Buffers for n_tokens packed tokens.
   hwy::AlignedFreeUniquePtr<int16_t[]> packed_q;
   hwy::AlignedFreeUniquePtr<float[]> packed_scale, packed_sums;
-  hwy::AlignedFreeUniquePtr<uint8_t[]> packed_q8u;
-  size_t packed_q_capacity = 0, packed_scale_capacity = 0, packed_sums_capacity = 0, packed_q8u_capacity = 0;
+  hwy::AlignedFreeUniquePtr<uint8_t[]> packed_quads;
+  size_t packed_q_capacity = 0, packed_scale_capacity = 0, packed_sums_capacity = 0, packed_quads_capacity = 0;
 
   PackedTokens packed(int64_t n_tokens, int64_t n_in, int group) {
     grow(packed_q, packed_q_capacity, size_t(n_tokens * n_in));
     grow(packed_scale, packed_scale_capacity, size_t(n_tokens * (n_in / group)));
     grow(packed_sums, packed_sums_capacity, size_t(n_tokens * (n_in / 32)));
-    grow(packed_q8u, packed_q8u_capacity, size_t(n_tokens * n_in));
-    return PackedTokens{packed_q.get(), packed_scale.get(), packed_sums.get(), packed_q8u.get()};
+    grow(packed_quads, packed_quads_capacity, size_t(n_tokens * n_in));
+    return PackedTokens{packed_q.get(), packed_scale.get(), packed_sums.get(), packed_quads.get()};
   }
 
   template <typename T>
@@ -193,7 +193,7 @@ void matmul_gemm(ThreadPool& pool, const MatmulJob& job, int64_t tokens_per_vect
   const int64_t n_in = job.n_in, n_vectors = n_gemm / tokens_per_vector;
   const PackedTokens packed = scratch.packed(n_gemm, n_in, job.xq.group);
   const auto pack = HWY_DYNAMIC_DISPATCH(PackTokenVectors);
-  pool.parallel_for(n_vectors, [&](int64_t tv, int) { pack(job.xq, n_in, tv, tv + 1, packed); });
+  pool.parallel_for(n_vectors, [&](int64_t tv, int) { pack(job.type, job.xq, n_in, tv, tv + 1, packed); });
   if (!job.interleaved) return gemm_row_range(pool, job, packed, job.n_out, n_vectors, tokens_per_vector);
 
   // The GEMM reads rows in the file's layout: an interleaved matrix goes back to it a slab of about 4 MiB at a

@@ -33,17 +33,19 @@ constexpr int64_t block_pairs(int64_t n_in) { return (n_in / 32 + 1) / 2; }
 
 // Activations packed for the prompt-processing GEMM, per vector of n tokens ("token vector" tv; n is the
 // target's GemmTokensPerVector()):
-//   q:     [tv][n_in / 2][n][2] int16: element pair (2p, 2p + 1) of each of the n tokens side by side (not on
-//          the VNNI target, which packs q8u instead)
+//   q:     [tv][n_in / 2][n][2] int16: element pair (2p, 2p + 1) of each of the n tokens side by side, for the
+//          int16 GEMM
 //   scale: [tv][n_in / group][n] float
 //   sums:  [tv][n_in / 32][n] float (scaled_sum32)
-//   q8u:   [tv][n_in / 4][n][4] uint8: x + 128, element quad (4p .. 4p + 3) of each of the n tokens side by side
-//          (the VNNI GEMM's layout; written only on that target)
+//   quads: [tv][n_in / 4][n][4] bytes: element quad (4p .. 4p + 3) of each of the n tokens side by side, for the
+//          byte GEMMs: x + 128 as unsigned bytes on the VNNI target, x as signed bytes on AVX2
+// A GEMM reads q or quads, whichever its target and weight type multiply (GemmReadsQuads); only that one is
+// packed.
 struct PackedTokens {
   int16_t* q;
   float* scale;
   float* sums;
-  uint8_t* q8u;
+  uint8_t* quads;
 };
 
 // Token vectors per GEMM tile: the GEMM runs on whole tiles.
