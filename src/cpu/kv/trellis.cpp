@@ -3,14 +3,15 @@
 //
 // Encode: the Viterbi search is the whole cost (two passes, 1.5 n steps over 2^L states at n = 128). Per step,
 // the best of the 2^k predecessors of each group of states is a min over 2^k neighbouring costs, done in
-// registers with even/odd de-interleaves (k rounds); then every state's cost is that
-// minimum plus the state's squared distance. Every step's costs are kept, and the traceback finds each best
+// registers with even/odd de-interleaves (k rounds); then every state's cost is that minimum plus the state's
+// squared distance. Every step's costs are kept, and the traceback finds each best
 // predecessor again by the reference's scan. The floats are those of the reference (distances and sums in
 // separate loops so nothing is fused, ties to the lowest index, the same shared normalisation and norm), so
 // encode is bit-exact with the reference on every target.
 // Decode, score, accumulate: the states of a vector of elements are one byte shuffle of a 16-byte load of the
-// stream, a shift and a mask; the codebook lookups are gathers, then one multiply-add per element. The rotation is the shared scalar one
-// (formats/kv/rotation.h), applied once per encoded vector, prepared query or finished row.
+// stream, a shift and a mask; the codebook lookups are gathers, then one multiply-add per element. The rotation
+// is the shared scalar one (formats/kv/rotation.h), applied once per encoded vector, prepared query or finished
+// row.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "cpu/kv/trellis.cpp"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -178,7 +179,8 @@ void Tcq4EncodeRotated(float* y, int d, uint8_t* block) { EncodeRotated<4, 8>(tc
 // The codebook indices (states) of one sub-block's elements, a vector at a time. The stream is copied behind its
 // own last 4 bytes (the trellis is tail-biting: the bits before bit 0 are the stream's last bits) and ahead of
 // zero bytes, so that no window needs a special case. Element t = 8 g + i has its window at stream bit
-// k t + k - L, which is bit 8 + k i + k - L of the 16 bytes from byte k g - 1 on, for every i < 16. So max(N, 8) elements are one 16-byte load copied into every 128-bit block, one byte shuffle
+// k t + k - L, which is bit 8 + k i + k - L of the 16 bytes from byte k g - 1 (the group's lead byte) on, for
+// every i < 16. So max(N, 8) elements are one 16-byte load copied into every 128-bit block, one byte shuffle
 // that gives each lane the 32 bits from its window's byte on, a shift by the lane's bit and a mask; the scalar
 // target reads each window from the same bytes.
 template <int kBits, int kStateBits>
