@@ -442,8 +442,9 @@ TEST(KvBits, PicksTheFirstPresetThatFitsAndSaysSo) {
   };
   EXPECT_NE(chosen(16).find(": f16,"), std::string::npos) << chosen(16);
   EXPECT_NE(chosen(8.5).find(": q8_0,"), std::string::npos) << chosen(8.5);
-  EXPECT_NE(chosen(4.5).find(": tbq4, q8_0 K on global layers"), std::string::npos) << chosen(4.5);
-  EXPECT_NE(chosen(4.2).find(": tbq4,"), std::string::npos) << chosen(4.2);
+  EXPECT_NE(chosen(6.4).find(": q8_0 K, tcq4 V,"), std::string::npos) << chosen(6.4);
+  EXPECT_NE(chosen(4.5).find(": tcq4, q8_0 K on global layers"), std::string::npos) << chosen(4.5);
+  EXPECT_NE(chosen(4.2).find(": tcq4,"), std::string::npos) << chosen(4.2);
   EXPECT_NE(chosen(4.0).find(": tbq4 K, tbq3 V, q8_0 K on global layers"), std::string::npos) << chosen(4.0);
   EXPECT_NE(chosen(3.6).find(": tcq3, q8_0 K on global layers"), std::string::npos) << chosen(3.6);
   EXPECT_NE(chosen(3.2).find(": tcq3,"), std::string::npos) << chosen(3.2);
@@ -458,7 +459,7 @@ TEST(KvBits, PicksTheFirstPresetThatFitsAndSaysSo) {
   auto all_sliding = layers;
   for (KvLayerShape& l : all_sliding) l.sliding = true;
   KvCacheOptions o;
-  EXPECT_NE(apply_kv_bits(all_sliding, 4.5, o).find(": tbq4,"), std::string::npos) << o.chosen_by;
+  EXPECT_NE(apply_kv_bits(all_sliding, 4.5, o).find(": tcq4,"), std::string::npos) << o.chosen_by;
 }
 
 TEST_F(CacheFixture, UnsupportedHeadDimIsAClearError) {
@@ -517,14 +518,14 @@ TEST_F(KvCli, KeysOnlyCodecForValuesFails) {
 
 TEST_F(KvCli, KvBitsChoosesAConfigurationAndSaysWhich) {
   // This model has 3 layers that own KV, one of them global (head dim 512): q8_0 keys there cost 5.2 bits per
-  // element in all, so 5.5 bits take that preset and 5 the next one (plain tbq4, 4.125 bits).
+  // element in all, so 5.5 bits take that preset and 5 the next one (plain tcq4, 4.125 bits).
   auto r = testing::run_sparrow("run -m " + *model_ + " -p hello -n 2 --temp 0 --kv-bits 5.5");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_NE(r.err.find("--kv-bits 5.5: tbq4, q8_0 K on global layers"), std::string::npos) << r.err;
-  EXPECT_NE(r.err.find("global: 1 layers (q8_0/tbq4)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--kv-bits 5.5: tcq4, q8_0 K on global layers"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("global: 1 layers (q8_0/tcq4)"), std::string::npos) << r.err;
   auto smaller = testing::run_sparrow("run -m " + *model_ + " -p hello -n 2 --temp 0 --kv-bits 5");
   ASSERT_EQ(smaller.exit_code, 0) << smaller.err;
-  EXPECT_NE(smaller.err.find("--kv-bits 5: tbq4, 4.12 bits per element"), std::string::npos) << smaller.err;
+  EXPECT_NE(smaller.err.find("--kv-bits 5: tcq4, 4.12 bits per element"), std::string::npos) << smaller.err;
   auto both = testing::run_sparrow("run -m " + *model_ + " -p hello -n 1 --kv-bits 4.5 -ctk q8_0");
   EXPECT_NE(both.exit_code, 0);
   EXPECT_NE(both.err.find("excludes"), std::string::npos) << both.err;
