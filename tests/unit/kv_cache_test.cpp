@@ -445,7 +445,7 @@ TEST(KvBits, PicksTheFirstPresetThatFitsAndSaysSo) {
   EXPECT_NE(chosen(6.4).find(": q8_0 K, tcq4 V,"), std::string::npos) << chosen(6.4);
   EXPECT_NE(chosen(4.5).find(": tcq4, q8_0 K on global layers"), std::string::npos) << chosen(4.5);
   EXPECT_NE(chosen(4.2).find(": tcq4,"), std::string::npos) << chosen(4.2);
-  EXPECT_NE(chosen(4.0).find(": tbq4 K, tbq3 V, q8_0 K on global layers"), std::string::npos) << chosen(4.0);
+  EXPECT_NE(chosen(4.0).find(": tcq4 K, tcq3 V, q8_0 K on global layers"), std::string::npos) << chosen(4.0);
   EXPECT_NE(chosen(3.6).find(": tcq3, q8_0 K on global layers"), std::string::npos) << chosen(3.6);
   EXPECT_NE(chosen(3.2).find(": tcq3,"), std::string::npos) << chosen(3.2);
   try {
