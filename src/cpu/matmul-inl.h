@@ -1551,8 +1551,8 @@ HWY_INLINE void GemmTileVnni(const int8_t* const* w, const float* const* scale, 
 // The byte GEMM on AVX2, for the types of unsigned quants of at most 5 bits (GemmReadsQuads): the weights are
 // the unsigned operand of vpmaddubsw, as stored (no offset), broadcast four at a time; the activations the signed
 // one, as PackedTokens quads lay them out (one vector: an element quad of 8 tokens). vpmaddubsw adds the products
-// in pairs into int16 lanes (at most 2 * 31 * 127 = 7874), and the pairs of kQuadsPerFlush quads are added in
-// int16 (at most 30480) before vpmaddwd sums each token's lanes into int32, weighed by the K-quant sub-block scale
+// in pairs into int16 lanes (at most 2 * 31 * 127 = 7874), and the pairs of QuadsPerFlush quads are added in
+// int16 (at most 8 * 3810 = 30480 for 4 bits, 4 * 7874 = 31496 for 5) before vpmaddwd sums each token's lanes into int32, weighed by the K-quant sub-block scale
 // (1 for the legacy blocks). Offsets (Q4_0 q - 8, Q5_0 q - 16) and mins (Q4_1, Q5_1, Q4_K, Q5_K) are the float
 // term per 32 elements, min[j] times the token's activation sum, as in the int16 GEMM; each block or super-block
 // is weighed once by d_w * d_x.
