@@ -2,13 +2,15 @@
 // a GEMV could reach on this machine (issue 14: "per-matrix GEMV within 10% of the memory bandwidth that a plain
 // read of the same bytes reaches").
 //
-//   sparrow_cpu_gemv_bench [--json FILE] [--mb MB] [--rounds N] [--threads 1,2]
+//   sparrow_cpu_gemv_bench [--json FILE] [--mb MB] [--rounds N] [--threads 1,2] [--gemm-tokens N]
 //
 // Each matrix (type x row length) holds about MB of weights, beyond the caches: its rows are copies of one
 // quantized Gaussian row (a GEMV's speed does not depend on the values). Per thread count, each round times a
 // plain read of the matrix's bytes (a SIMD sum, split over the same thread pool) and then the GEMV, back to back,
 // so that a noisy neighbour hurts both; the table gives each one's median GB/s over the rounds and the median of
 // the per-round ratios. Run through scripts/bench-cpu, which records machine and commit.
+// With --gemm-tokens N it times the prompt GEMM instead: each type times N tokens at once, in multiply-adds per
+// second (the prompt speed's kernel; a matrix of 2048 rows, small enough to stay in cache between rounds).
 
 // Highway's per-target compilation of this file, for the plain read.
 #undef HWY_TARGET_INCLUDE
@@ -101,6 +103,18 @@ double time_gemv(cpu::ThreadPool& pool, const WeightMatrix& w, const std::vector
   return seconds_since(t0);
 }
 
+// A Gaussian row of n_in elements quantized as `type`, copied into n_out rows.
+std::vector<uint8_t> quantized_matrix(TensorType type, int64_t n_in, int64_t n_out, std::mt19937& rng) {
+  const size_t row_bytes = tensor_row_bytes(type, n_in);
+  std::vector<float> row(static_cast<size_t>(n_in));
+  std::normal_distribution<float> gauss;
+  for (float& v : row) v = gauss(rng);
+  std::vector<uint8_t> bytes(row_bytes * size_t(n_out));
+  formats::quantize_row(type, row.data(), bytes.data(), n_in);
+  for (int64_t r = 1; r < n_out; ++r) std::memcpy(bytes.data() + size_t(r) * row_bytes, bytes.data(), row_bytes);
+  return bytes;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
@@ -110,13 +124,9 @@ nlohmann::ordered_json run_case(const MatrixCase& c, int64_t target_bytes, int r
   const size_t row_bytes = tensor_row_bytes(c.type, c.n_in);
   // Whole groups of 8 rows, as model matrices have (the weight store interleaves only those).
   const int64_t n_out = std::max<int64_t>(8, target_bytes / int64_t(row_bytes) / 8 * 8);
-  std::vector<float> row(size_t(c.n_in));
   std::mt19937 rng(1);
   std::normal_distribution<float> gauss;
-  for (float& v : row) v = gauss(rng);
-  std::vector<uint8_t> bytes(row_bytes * size_t(n_out));
-  formats::quantize_row(c.type, row.data(), bytes.data(), c.n_in);
-  for (int64_t r = 1; r < n_out; ++r) std::memcpy(bytes.data() + size_t(r) * row_bytes, bytes.data(), row_bytes);
+  const std::vector<uint8_t> bytes = quantized_matrix(c.type, c.n_in, n_out, rng);
   std::vector<float> x(static_cast<size_t>(c.n_in)), y(static_cast<size_t>(n_out));
   for (float& v : x) v = gauss(rng);
   // As a model holds it: through the CPU weight store, which may rearrange it (WeightMatrix::interleaved).
@@ -151,6 +161,36 @@ nlohmann::ordered_json run_case(const MatrixCase& c, int64_t target_bytes, int r
   return row_json;
 }
 
+// The prompt GEMM of n_tokens tokens against a 2048-row matrix: median multiply-adds per second over the rounds.
+nlohmann::ordered_json run_gemm_case(const MatrixCase& c, int64_t n_tokens, int rounds, int threads) {
+  const int64_t n_out = 2048;
+  std::mt19937 rng(1);
+  std::normal_distribution<float> gauss;
+  const std::vector<uint8_t> bytes = quantized_matrix(c.type, c.n_in, n_out, rng);
+  std::vector<float> x(size_t(c.n_in * n_tokens)), y(size_t(n_out * n_tokens));
+  for (float& v : x) v = gauss(rng);
+  const auto store = make_cpu_weight_store();
+  const WeightMatrix w = store->place(WeightMatrix{c.type, bytes.data(), c.n_in, n_out}, false, WeightUse::kMatmul);
+  cpu::ThreadPool pool(threads);
+  cpu::matmul(pool, w, x.data(), n_tokens, y.data());  // warm-up
+  std::vector<double> gmacs;
+  for (int i = 0; i < rounds; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cpu::matmul(pool, w, x.data(), n_tokens, y.data());
+    gmacs.push_back(double(c.n_in) * double(n_out) * double(n_tokens) / seconds_since(t0) / 1e9);
+  }
+  nlohmann::ordered_json row_json;
+  row_json["type"] = std::string(tensor_type_info(c.type)->name);
+  row_json["n_in"] = c.n_in;
+  row_json["n_out"] = n_out;
+  row_json["tokens"] = n_tokens;
+  row_json["threads"] = threads;
+  row_json["rounds"] = rounds;
+  row_json["gmac_per_s"] = median(gmacs);
+  row_json["gmac_per_s_best"] = *std::max_element(gmacs.begin(), gmacs.end());  // steadier than the median when noisy
+  return row_json;
+}
+
 std::vector<int> parse_threads(const std::string& list) {
   std::vector<int> out;
   size_t start = 0;
@@ -166,9 +206,25 @@ std::vector<int> parse_threads(const std::string& list) {
   return out;
 }
 
+int run_gemm(int64_t n_tokens, int rounds, const std::vector<int>& threads, const std::string& json_path) {
+  nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::printf("| type | n_in | tokens | threads | GMAC/s (median) | best |\n|---|---:|---:|---:|---:|---:|\n");
+  for (const MatrixCase& c : kCases) {
+    for (int t : threads) {
+      const auto r = run_gemm_case(c, n_tokens, rounds, t);
+      std::printf("| %s | %lld | %lld | %d | %.1f | %.1f |\n", r["type"].get<std::string>().c_str(), (long long)c.n_in,
+                  (long long)n_tokens, t, r["gmac_per_s"].get<double>(), r["gmac_per_s_best"].get<double>());
+      std::fflush(stdout);
+      rows.push_back(r);
+    }
+  }
+  if (!json_path.empty()) std::ofstream(json_path) << nlohmann::ordered_json{{"gemm_tokens", n_tokens}, {"rows", rows}}.dump(2) << "\n";
+  return 0;
+}
+
 int run(int argc, char** argv) {
   std::string json_path, thread_list = "1,2";
-  int64_t mb = 256;
+  int64_t mb = 256, gemm_tokens = 0;
   int rounds = 7;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -177,10 +233,12 @@ int run(int argc, char** argv) {
     else if (arg == "--mb" && has_value) mb = std::atoll(argv[++i]);
     else if (arg == "--rounds" && has_value) rounds = std::atoi(argv[++i]);
     else if (arg == "--threads" && has_value) thread_list = argv[++i];
-    else throw Error("unknown argument " + arg + " (usage: sparrow_cpu_gemv_bench [--json FILE] [--mb MB] [--rounds N] [--threads 1,2])");
+    else if (arg == "--gemm-tokens" && has_value) gemm_tokens = std::atoll(argv[++i]);
+    else throw Error("unknown argument " + arg + " (usage: sparrow_cpu_gemv_bench [--json FILE] [--mb MB] [--rounds N] [--threads 1,2] [--gemm-tokens N])");
   }
-  if (mb <= 0 || rounds <= 0) throw Error("--mb and --rounds must be positive");
+  if (mb <= 0 || rounds <= 0 || gemm_tokens < 0) throw Error("--mb, --rounds and --gemm-tokens must be positive");
   const std::vector<int> threads = parse_threads(thread_list);
+  if (gemm_tokens > 0) return run_gemm(gemm_tokens, rounds, threads, json_path);
 
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::printf("| type | n_in | MB | threads | plain read GB/s | GEMV GB/s | GEMV / read (min-max) |\n|---|---:|---:|---:|---:|---:|---:|\n");
