@@ -1202,11 +1202,17 @@ constexpr bool GemmReadsQuads(TensorType type) {
   return true;
 #elif HWY_TARGET == HWY_AVX2
   return type == TensorType::Q4_0 || type == TensorType::Q4_1 || type == TensorType::Q5_0 ||
-         type == TensorType::Q5_1 || type == TensorType::Q4_K || type == TensorType::Q5_K;
+         type == TensorType::Q5_1 || type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q6_K;
 #else
   (void)type;
   return false;
 #endif
+}
+
+// Elements per activation sum in PackedTokens::sums for the GEMM of `type`: 16 for the AVX2 byte GEMM of Q6_K,
+// whose -32 offset is weighed by 16-element sub-block scales; 32 otherwise.
+constexpr int64_t GemmSumElements(TensorType type) {
+  return HWY_TARGET == HWY_AVX2 && type == TensorType::Q6_K ? 16 : 32;
 }
 
 // Packs token vectors [tv_begin, tv_end) (tokens tv * kTokensPerVec ...) from the per-token layout, as the
@@ -1214,7 +1220,8 @@ constexpr bool GemmReadsQuads(TensorType type) {
 void PackTokenVectors(TensorType type, const QuantizedTokens& xq, int64_t n_in, int64_t tv_begin, int64_t tv_end,
                       const PackedTokens& out) {
   const int64_t NT = int64_t(kTokensPerVec);
-  const int64_t n_groups = n_in / xq.group, n_sums = n_in / 32;
+  const int64_t sum_elements = GemmSumElements(type);
+  const int64_t n_groups = n_in / xq.group, n_sums = n_in / sum_elements;
   const bool quads = GemmReadsQuads(type);
   // x + 128 on the VNNI target (vpdpbusd's unsigned operand), x itself on AVX2 (vpmaddubsw's signed one).
   const uint32_t flip = HWY_TARGET == HWY_AVX3_DL ? 0x80808080u : 0u;
@@ -1236,7 +1243,11 @@ void PackTokenVectors(TensorType type, const QuantizedTokens& xq, int64_t n_in, 
         for (int64_t p = 0; p < n_in / 2; ++p) std::memcpy(q_out + 2 * (p * NT + t), q_in + 2 * p, 4);
       }
       for (int64_t g = 0; g < n_groups; ++g) out.scale[(tv * n_groups + g) * NT + t] = xq.scale[token * n_groups + g];
-      for (int64_t j = 0; j < n_sums; ++j) out.sums[(tv * n_sums + j) * NT + t] = xq.scaled_sum32[token * n_sums + j];
+      for (int64_t j = 0; j < n_sums; ++j) {
+        out.sums[(tv * n_sums + j) * NT + t] =
+            sum_elements == 32 ? xq.scaled_sum32[token * n_sums + j]
+                               : xq.scale[token * n_groups + j * sum_elements / xq.group] * float(xq.sum16[token * n_sums + j]);
+      }
     }
   }
 }
@@ -1325,12 +1336,17 @@ template <int R>
 HWY_INLINE void AddMinTerms(const float* const* min, const PackedTokens& x, int64_t tv0, int64_t n_sums,
                             VF (*acc)[kGemmVectorsPerTile]) {
   constexpr int64_t NT = int64_t(kTokensPerVec);
+  constexpr int V = kGemmVectorsPerTile;
   const DF df;
-  for (int v = 0; v < kGemmVectorsPerTile; ++v) {
-    const float* sums = x.sums + (tv0 + v) * n_sums * NT;
-    for (int64_t j = 0; j < n_sums; ++j) {
-      const VF xs = hn::LoadU(df, sums + j * NT);
-      for (int r = 0; r < R; ++r) acc[r][v] = hn::MulAdd(hn::Set(df, min[r][j]), xs, acc[r][v]);
+  const float* sums[V];
+  for (int v = 0; v < V; ++v) sums[v] = x.sums + (tv0 + v) * n_sums * NT;
+  // j outermost: the R x V sums are independent chains, so the multiply-adds are not serialized by their latency.
+  for (int64_t j = 0; j < n_sums; ++j) {
+    VF xs[V];
+    for (int v = 0; v < V; ++v) xs[v] = hn::LoadU(df, sums[v] + j * NT);
+    for (int r = 0; r < R; ++r) {
+      const VF m = hn::Set(df, min[r][j]);
+      for (int v = 0; v < V; ++v) acc[r][v] = hn::MulAdd(m, xs[v], acc[r][v]);
     }
   }
 }
@@ -1553,28 +1569,59 @@ HWY_INLINE void GemmTileVnni(const int8_t* const* w, const float* const* scale, 
 #endif  // HWY_TARGET == HWY_AVX3_DL
 
 #if HWY_TARGET == HWY_AVX2
-// The byte GEMM on AVX2, for the types of unsigned quants of at most 5 bits (GemmReadsQuads): the weights are
+// The byte GEMM on AVX2, for the types of unsigned quants of at most 6 bits (GemmReadsQuads): the weights are
 // the unsigned operand of vpmaddubsw, as stored (no offset), broadcast four at a time; the activations the signed
 // one, as PackedTokens quads lay them out (one vector: an element quad of 8 tokens). vpmaddubsw adds the products
-// in pairs into int16 lanes (at most 2 * 31 * 127 = 7874), and the pairs of QuadsPerFlush quads are added in
-// int16 (at most 8 * 3810 = 30480 for 4 bits, 4 * 7874 = 31496 for 5) before vpmaddwd sums each token's lanes into int32, weighed by the K-quant sub-block scale
-// (1 for the legacy blocks). Offsets (Q4_0 q - 8, Q5_0 q - 16) and mins (Q4_1, Q5_1, Q4_K, Q5_K) are the float
-// term per 32 elements, min[j] times the token's activation sum, as in the int16 GEMM; each block or super-block
-// is weighed once by d_w * d_x.
+// in pairs into int16 lanes (at most 2 * 63 * 127 = 16002), and the pairs of QuadsPerFlush quads are added in
+// int16 before vpmaddwd sums each token's lanes into int32, weighed by the K-quant sub-block scale (1 for the
+// legacy blocks). Offsets (Q4_0 q - 8, Q5_0 q - 16, Q6_K q - 32) and mins (Q4_1, Q5_1, Q4_K, Q5_K) are the float
+// term per sub-block, min[j] times the token's activation sum over it (PackedTokens::sums), as in the int16 GEMM;
+// each block or super-block is weighed once by d_w * d_x.
 
-// Quads whose int16 pair sums may be added before they are widened: 8 for 4-bit quants, 4 for 5-bit ones.
+// Quads whose int16 pair sums may be added before they are widened: 8 for 4-bit quants (8 * 2 * 15 * 127 =
+// 30480), 4 for 5-bit ones (31496), 2 for Q6_K's 6-bit ones (32004).
 constexpr int QuadsPerFlush(TensorType type) {
+  if (type == TensorType::Q6_K) return 2;
   return type == TensorType::Q5_0 || type == TensorType::Q5_1 || type == TensorType::Q5_K ? 4 : 8;
 }
 
+// Elements per sub-block scale of the byte GEMM's integer weighting: Q6_K's 16, else 32 (1 for legacy blocks).
+constexpr int64_t SubBlockElements(TensorType type) { return type == TensorType::Q6_K ? 16 : 32; }
+
 // One weight row for the byte GEMM: w[n_in] unsigned quants; per block (legacy) or super-block (K-quants) the
-// float scale d; per 32 elements the min term (legacy offsets as o * d) and, for K-quants, the 6-bit sub-block
-// scale.
+// float scale d; per sub-block (SubBlockElements) the min term (legacy offsets as o * d, Q6_K's as -32 * d * its
+// scale) and, for K-quants, the sub-block scale (6-bit, or Q6_K's signed 8-bit).
 template <TensorType kType>
 HWY_INLINE void UnpackRowForGemmBytes(const uint8_t* row, int64_t n_in, uint8_t* w, float* scale, int16_t* sub_scale,
                                       float* min) {
   const __m256i low_nibbles = _mm256_set1_epi8(0x0F), one = _mm256_set1_epi8(1);
-  if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
+  if constexpr (kType == TensorType::Q6_K) {
+    const __m256i two_bits = _mm256_set1_epi8(3);
+    const auto* blocks = reinterpret_cast<const fmt::BlockQ6_K*>(row);
+    for (int64_t b = 0; b < n_in / fmt::QK_K; ++b) {
+      const fmt::BlockQ6_K& blk = blocks[b];
+      scale[b] = ScaleF16(blk.d);
+      for (int j = 0; j < 16; ++j) {
+        sub_scale[16 * b + j] = blk.scales[j];
+        min[16 * b + j] = -32.0f * scale[b] * float(blk.scales[j]);
+      }
+      // Half h, 32k + l (k 0..3): nibble k >= 2 of ql[64h + l + 32(k & 1)], bits 2k..2k+1 of qh[32h + l] on top.
+      for (int half = 0; half < 2; ++half) {
+        const auto load = [](const uint8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
+        const __m256i la = load(blk.ql + 64 * half), lb = load(blk.ql + 64 * half + 32), h = load(blk.qh + 32 * half);
+        const auto high = [&](int k) { return _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 2 * k), two_bits), 4); };
+        const __m256i q[4] = {
+            _mm256_or_si256(_mm256_and_si256(la, low_nibbles), high(0)),
+            _mm256_or_si256(_mm256_and_si256(lb, low_nibbles), high(1)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(la, 4), low_nibbles), high(2)),
+            _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(lb, 4), low_nibbles), high(3)),
+        };
+        for (int k = 0; k < 4; ++k) {
+          _mm256_storeu_si256(reinterpret_cast<__m256i*>(w + b * fmt::QK_K + 128 * half + 32 * k), q[k]);
+        }
+      }
+    }
+  } else if constexpr (kType == TensorType::Q4_K || kType == TensorType::Q5_K) {
     constexpr bool kFive = kType == TensorType::Q5_K;
     using Block = std::conditional_t<kFive, fmt::BlockQ5_K, fmt::BlockQ4_K>;
     const auto* blocks = reinterpret_cast<const Block*>(row);
@@ -1622,7 +1669,8 @@ HWY_INLINE void GemmTileBytes(const uint8_t* const* w, const float* const* scale
   constexpr bool kK = IsKQuant(kType);
   constexpr int kGroup = kK ? fmt::QK_K : 32;  // elements per float scale d (and per activation scale)
   constexpr int kFlush = QuadsPerFlush(kType);
-  const int64_t n_groups = n_in / kGroup, n_sums = n_in / 32;
+  constexpr int64_t kSub = SubBlockElements(kType);
+  const int64_t n_groups = n_in / kGroup, n_sums = n_in / GemmSumElements(kType);
   const uint8_t* xq[V];
   const float* xscale[V];
   for (int v = 0; v < V; ++v) {
@@ -1664,7 +1712,7 @@ HWY_INLINE void GemmTileBytes(const uint8_t* const* w, const float* const* scale
         }
       }
       for (int r = 0; r < R; ++r) {
-        const __m256i weight = kK ? _mm256_set1_epi16(sub_scale[r][e0 / 32]) : ones;
+        const __m256i weight = kK ? _mm256_set1_epi16(sub_scale[r][e0 / kSub]) : ones;
         for (int v = 0; v < V; ++v) isum[r][v] = _mm256_add_epi32(isum[r][v], _mm256_madd_epi16(pairs[r][v], weight));
       }
     }
@@ -1705,10 +1753,10 @@ struct GemmRowScratch {
 #endif
 #if HWY_TARGET == HWY_AVX2
     w8 = hwy::AllocateAligned<uint8_t>(size_t(kGemmRows * n_in));
-    sub_scale16 = hwy::AllocateAligned<int16_t>(size_t(kGemmRows * (n_in / 32)));
+    sub_scale16 = hwy::AllocateAligned<int16_t>(size_t(kGemmRows * (n_in / 16)));
 #endif
     scale = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 16)));
-    min = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 32)));
+    min = hwy::AllocateAligned<float>(size_t(kGemmRows * (n_in / 16)));
     capacity = n_in;
   }
 };
@@ -1734,8 +1782,8 @@ HWY_INLINE void GemmRowBlockBytes(const MatmulJob& job, const PackedTokens& x, i
   for (int r = 0; r < R; ++r) {
     uint8_t* w_r = scratch.w8.get() + r * n_in;
     float* scale_r = scratch.scale.get() + r * (n_in / 16);
-    int16_t* sub_scale_r = scratch.sub_scale16.get() + r * (n_in / 32);
-    float* min_r = scratch.min.get() + r * (n_in / 32);
+    int16_t* sub_scale_r = scratch.sub_scale16.get() + r * (n_in / 16);
+    float* min_r = scratch.min.get() + r * (n_in / 16);
     UnpackRowForGemmBytes<kType>(job.weights + (row + r) * job.row_bytes, n_in, w_r, scale_r, sub_scale_r, min_r);
     w[r] = w_r;
     scale[r] = scale_r;
@@ -1769,7 +1817,7 @@ HWY_INLINE void GemmRowBlock(const MatmulJob& job, const PackedTokens& x, int64_
 #endif
   for (int r = 0; r < R; ++r) {
     float* scale_r = scratch.scale.get() + r * (n_in / 16);
-    float* min_r = scratch.min.get() + r * (n_in / 32);
+    float* min_r = scratch.min.get() + r * (n_in / 16);
     const uint8_t* row_bytes = job.weights + (row + r) * job.row_bytes;
 #if HWY_TARGET == HWY_AVX3_DL
     int8_t* w_r = scratch.w.get() + r * n_in;

@@ -105,7 +105,7 @@ struct ActivationScratch {
   PackedTokens packed(int64_t n_tokens, int64_t n_in, int group) {
     grow(packed_q, packed_q_capacity, size_t(n_tokens * n_in));
     grow(packed_scale, packed_scale_capacity, size_t(n_tokens * (n_in / group)));
-    grow(packed_sums, packed_sums_capacity, size_t(n_tokens * (n_in / 32)));
+    grow(packed_sums, packed_sums_capacity, size_t(n_tokens * (n_in / 16)));  // per 16 elements at most
     grow(packed_quads, packed_quads_capacity, size_t(n_tokens * n_in));
     return PackedTokens{packed_q.get(), packed_scale.get(), packed_sums.get(), packed_quads.get()};
   }

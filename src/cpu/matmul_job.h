@@ -23,8 +23,8 @@ struct QuantizedTokens {
   // the last 8 block 2p + 1's (zero past the last block).
   const float* pair_scale = nullptr;  // [n_tokens][n_pairs][16]: each block's scale in its 8 lanes
   const int32_t* pair_sum = nullptr;  // [n_tokens][n_pairs][16]: sum of q in lanes 0 and 8, zero elsewhere
-  // For the VNNI kernel of Q6_K and the AVX2 kernel of interleaved Q4_K (written only on those targets, for
-  // group 256): sum of q over each 16 elements.
+  // For the VNNI kernel of Q6_K and the AVX2 kernels of interleaved Q4_K and of the Q6_K GEMM (written only on
+  // those targets, for group 256): sum of q over each 16 elements.
   const int16_t* sum16 = nullptr;     // [n_tokens][n_in / 16]
 };
 
@@ -36,7 +36,8 @@ constexpr int64_t block_pairs(int64_t n_in) { return (n_in / 32 + 1) / 2; }
 //   q:     [tv][n_in / 2][n][2] int16: element pair (2p, 2p + 1) of each of the n tokens side by side, for the
 //          int16 GEMM
 //   scale: [tv][n_in / group][n] float
-//   sums:  [tv][n_in / 32][n] float (scaled_sum32)
+//   sums:  [tv][n_in / 32][n] float (scaled_sum32); per 16 elements instead ([tv][n_in / 16][n], scale * sum16)
+//          for the GEMMs that weigh offsets by 16-element sub-blocks (the AVX2 byte GEMM of Q6_K)
 //   quads: [tv][n_in / 4][n][4] bytes: element quad (4p .. 4p + 3) of each of the n tokens side by side, for the
 //          byte GEMMs: x + 128 as unsigned bytes on the VNNI target, x as signed bytes on AVX2
 // A GEMM reads q or quads, whichever its target and weight type multiply (GemmReadsQuads); only that one is
