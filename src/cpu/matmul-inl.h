@@ -1044,6 +1044,86 @@ HWY_INLINE void DotGroupQ5_0x8Avx2(const fmt::BlockQ5_0x8* group, int64_t nb, co
   _mm256_storeu_ps(y, total);
 }
 
+// Q4_0 rows interleaved eight at a time (formats::BlockQ4_0x8) times one token, on AVX2, as the Q5_0 kernel
+// without fifth bits: the eight quads' pair sums of a block add up in int16 (at most 8 * 2 * 15 * 127 = 30480),
+// weighed per block by d * d_x; the quants' offset of -8 is -8 * d_w * (d_x * sum of x).
+HWY_INLINE void DotGroupQ4_0x8Avx2(const fmt::BlockQ4_0x8* group, int64_t nb, const TokenQ& x, float* y) {
+  const __m256i ones = _mm256_set1_epi16(1), nibble = _mm256_set1_epi8(0x0F);
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const fmt::BlockQ4_0x8& blk = group[b];
+    PrefetchGroupsAhead(blk);
+    const __m256 d_w = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d)));
+    const int8_t* xb = x.q8 + b * fmt::QK4_0;
+    __m256i pairs = _mm256_setzero_si256();
+    for (int q = 0; q < 4; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[q]));
+      const __m256i lo = _mm256_maddubs_epi16(_mm256_and_si256(v, nibble), BroadcastQuad(xb + 4 * q));
+      const __m256i hi = _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), BroadcastQuad(xb + 16 + 4 * q));
+      pairs = _mm256_add_epi16(pairs, _mm256_add_epi16(lo, hi));
+    }
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, ones)), _mm256_mul_ps(d_w, _mm256_set1_ps(x.scale[b])), total);
+    total = _mm256_fnmadd_ps(_mm256_mul_ps(d_w, _mm256_set1_ps(8.0f)), _mm256_set1_ps(x.scaled_sum32[b]), total);
+  }
+  _mm256_storeu_ps(y, total);
+}
+
+// vpshufb indices putting bytes k0 and k1 of each 32-bit lane in the high bytes of its two int16 halves (low
+// bytes zero): an arithmetic shift right by 8 then sign-extends them.
+HWY_INLINE __m256i SignedBytesToPair(int k0, int k1) {
+  const auto lane = [k0, k1](int i) { return int(0x00800080u | uint32_t(4 * i + k0) << 8 | uint32_t(4 * i + k1) << 24); };
+  return _mm256_setr_epi32(lane(0), lane(1), lane(2), lane(3), lane(0), lane(1), lane(2), lane(3));
+}
+
+// Q6_K rows interleaved eight at a time (formats::BlockQ6_Kx8) times one token, on AVX2. Per half of a super-block
+// and quad q, one load each of ql (elements 4q.., and 64 + 4q.. in the high nibbles), ql + 32 (32 + 4q.., 96 + 4q..)
+// and qh (their top two bits) gives the 6-bit quants of four element quads of the eight rows; vpmaddubsw against
+// the broadcast activation quads, two quads' pair sums added in int16 (at most 2 * 2 * 63 * 127 = 32004), and
+// vpmaddwd by the rows' signed 16-element sub-block scales into int32. The quants' offset of -32 is
+// -32 * sum_j s_j * (sum of x over sub-block j), from QuantizedTokens::sum16 by vpmaddwd; per super-block the
+// eight rows are weighed once by d * d_x.
+HWY_INLINE void DotGroupQ6Kx8Avx2(const fmt::BlockQ6_Kx8* group, int64_t nb, const TokenQ& x, float* y) {
+  const __m256i nibble = _mm256_set1_epi8(0x0F), top_bits = _mm256_set1_epi8(0x30);
+  const __m256i scale_of[4] = {SignedBytesToPair(0, 0), SignedBytesToPair(1, 1), SignedBytesToPair(2, 2), SignedBytesToPair(3, 3)};
+  const __m256i scale_pair[2] = {SignedBytesToPair(0, 1), SignedBytesToPair(2, 3)};
+  const auto load = [](const void* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); };
+  __m256 total = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const fmt::BlockQ6_Kx8& blk = group[b];
+    PrefetchGroupsAhead(blk);
+    const __m256i words[4] = {load(blk.scale_words[0]), load(blk.scale_words[1]), load(blk.scale_words[2]), load(blk.scale_words[3])};
+    // Sub-block j's scale of each row, sign-extended into both int16 halves of the row's lane; pair i's two scales.
+    const auto scale = [&](int j) { return _mm256_srai_epi16(_mm256_shuffle_epi8(words[j / 4], scale_of[j % 4]), 8); };
+    __m256i offset = _mm256_setzero_si256();  // sum_j s_j * (sum of x over sub-block j)
+    for (int i = 0; i < 8; ++i) {
+      const __m256i s = _mm256_srai_epi16(_mm256_shuffle_epi8(words[i / 2], scale_pair[i % 2]), 8);
+      offset = _mm256_add_epi32(offset, _mm256_madd_epi16(s, BroadcastQuad(reinterpret_cast<const int8_t*>(x.sum16 + 16 * b + 2 * i))));
+    }
+    __m256i isum = _mm256_setzero_si256();
+    HWY_UNROLL(1)
+    for (int half = 0; half < 2; ++half) {
+      const int8_t* xh = x.q8 + b * fmt::QK_K + 128 * half;
+      for (int q0 = 0; q0 < 8; q0 += 2) {  // two quads: within one sub-block of each of the four element runs
+        __m256i pairs[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int q = q0; q < q0 + 2; ++q) {
+          const __m256i a = load(blk.ql[16 * half + q]), c = load(blk.ql[16 * half + 8 + q]), h = load(blk.qh[8 * half + q]);
+          const __m256i quants[4] = {
+              _mm256_or_si256(_mm256_and_si256(a, nibble), _mm256_and_si256(_mm256_slli_epi16(h, 4), top_bits)),
+              _mm256_or_si256(_mm256_and_si256(c, nibble), _mm256_and_si256(_mm256_slli_epi16(h, 2), top_bits)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(a, 4), nibble), _mm256_and_si256(h, top_bits)),
+              _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(c, 4), nibble), _mm256_and_si256(_mm256_srli_epi16(h, 2), top_bits)),
+          };
+          for (int k = 0; k < 4; ++k) pairs[k] = _mm256_add_epi16(pairs[k], _mm256_maddubs_epi16(quants[k], BroadcastQuad(xh + 32 * k + 4 * q)));
+        }
+        for (int k = 0; k < 4; ++k) isum = _mm256_add_epi32(isum, _mm256_madd_epi16(pairs[k], scale(8 * half + 2 * k + q0 / 4)));
+      }
+    }
+    const __m256 d = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.d))), _mm256_set1_ps(x.scale[b]));
+    total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum, _mm256_slli_epi32(offset, 5))), d, total);
+  }
+  _mm256_storeu_ps(y, total);
+}
+
 // y[t][r] for interleaved rows [row_begin, row_end) (whole groups) and tokens [token_begin, token_end): a
 // group's weights stay in cache while its tokens pass over them.
 template <TensorType kType>
@@ -1058,8 +1138,13 @@ HWY_INLINE void InterleavedRows(const MatmulJob& job, int64_t row_begin, int64_t
         DotGroupQ4Kx8Avx2(reinterpret_cast<const fmt::BlockQ4_Kx8*>(group), nb, TokenAt(job, t), y);
       } else if constexpr (kType == TensorType::Q8_0) {
         DotGroupQ8_0x8Avx2(reinterpret_cast<const fmt::BlockQ8_0x8*>(group), nb, TokenAt(job, t), y);
-      } else {
+      } else if constexpr (kType == TensorType::Q5_0) {
         DotGroupQ5_0x8Avx2(reinterpret_cast<const fmt::BlockQ5_0x8*>(group), nb, TokenAt(job, t), y);
+      } else if constexpr (kType == TensorType::Q4_0) {
+        DotGroupQ4_0x8Avx2(reinterpret_cast<const fmt::BlockQ4_0x8*>(group), nb, TokenAt(job, t), y);
+      } else {
+        static_assert(kType == TensorType::Q6_K, "a type with an interleaved kernel");
+        DotGroupQ6Kx8Avx2(reinterpret_cast<const fmt::BlockQ6_Kx8*>(group), nb, TokenAt(job, t), y);
       }
       std::memcpy(job.y + t * job.n_out + r, y, sizeof y);
     }
@@ -1070,7 +1155,8 @@ HWY_INLINE void InterleavedRows(const MatmulJob& job, int64_t row_begin, int64_t
 // Whether this target multiplies interleaved rows of `type` itself (InterleavedRows); for others matmul hands
 // the kernels the rows in the file's layout.
 constexpr bool InterleavedKernelFor(TensorType type) {
-  return HWY_TARGET == HWY_AVX2 && (type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0);
+  return HWY_TARGET == HWY_AVX2 && (type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0 ||
+                                    type == TensorType::Q4_0 || type == TensorType::Q6_K);
 }
 
 bool HasInterleavedKernel(TensorType type) { return InterleavedKernelFor(type); }

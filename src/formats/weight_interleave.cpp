@@ -61,12 +61,38 @@ struct Interleaving<TensorType::Q5_0> {
   }
 };
 
+template <>
+struct Interleaving<TensorType::Q4_0> {
+  using Block = BlockQ4_0;
+  using Group = BlockQ4_0x8;
+  template <class Piece>
+  static void for_each_piece(int r, Piece piece) {
+    row_field(piece, r, offsetof(Group, d), offsetof(Block, d), sizeof(f16_bits));
+    row_quads(piece, r, offsetof(Group, qs), offsetof(Block, qs), 4);
+  }
+};
+
+template <>
+struct Interleaving<TensorType::Q6_K> {
+  using Block = BlockQ6_K;
+  using Group = BlockQ6_Kx8;
+  template <class Piece>
+  static void for_each_piece(int r, Piece piece) {
+    row_quads(piece, r, offsetof(Group, ql), offsetof(Block, ql), 32);
+    row_quads(piece, r, offsetof(Group, qh), offsetof(Block, qh), 16);
+    row_quads(piece, r, offsetof(Group, scale_words), offsetof(Block, scales), 4);
+    row_field(piece, r, offsetof(Group, d), offsetof(Block, d), sizeof(f16_bits));
+  }
+};
+
 template <class Fn>
 void visit_interleaving(TensorType type, Fn fn) {
   switch (type) {
     case TensorType::Q4_K: return fn(Interleaving<TensorType::Q4_K>{});
     case TensorType::Q8_0: return fn(Interleaving<TensorType::Q8_0>{});
     case TensorType::Q5_0: return fn(Interleaving<TensorType::Q5_0>{});
+    case TensorType::Q4_0: return fn(Interleaving<TensorType::Q4_0>{});
+    case TensorType::Q6_K: return fn(Interleaving<TensorType::Q6_K>{});
     default: throw Error("weight type " + std::string(tensor_type_info(type)->name) + " has no interleaved layout");
   }
 }
@@ -74,7 +100,8 @@ void visit_interleaving(TensorType type, Fn fn) {
 }  // namespace
 
 bool has_interleaved_layout(TensorType type) {
-  return type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0;
+  return type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0 || type == TensorType::Q4_0 ||
+         type == TensorType::Q6_K;
 }
 
 void interleave_rows(TensorType type, const uint8_t* rows, size_t row_bytes, int64_t n_blocks, void* out) {

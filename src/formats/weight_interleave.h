@@ -39,7 +39,23 @@ struct BlockQ5_0x8 {
 };
 static_assert(sizeof(BlockQ5_0x8) == kInterleavedRows * sizeof(BlockQ5_0), "a rearrangement, not a new format");
 
-// Whether `type` has an interleaved layout (Q4_K, Q8_0, Q5_0).
+// Q4_0: block b of rows 8g .. 8g + 7.
+struct BlockQ4_0x8 {
+  f16_bits d[kInterleavedRows];             // row r's d
+  uint8_t qs[4][kInterleavedRows][4];       // [quad q][r]: row r's qs[4q .. 4q + 3] (elements 4q.. and 16 + 4q..)
+};
+static_assert(sizeof(BlockQ4_0x8) == kInterleavedRows * sizeof(BlockQ4_0), "a rearrangement, not a new format");
+
+// Q6_K: super-block b of rows 8g .. 8g + 7.
+struct BlockQ6_Kx8 {
+  uint8_t ql[32][kInterleavedRows][4];      // [quad q][r]: row r's ql[4q .. 4q + 3]
+  uint8_t qh[16][kInterleavedRows][4];      // [quad q][r]: row r's qh[4q .. 4q + 3]
+  uint32_t scale_words[4][kInterleavedRows];  // [k][r]: row r's scales[4k .. 4k + 3]
+  f16_bits d[kInterleavedRows];             // row r's d
+};
+static_assert(sizeof(BlockQ6_Kx8) == kInterleavedRows * sizeof(BlockQ6_K), "a rearrangement, not a new format");
+
+// Whether `type` has an interleaved layout (Q4_K, Q8_0, Q5_0, Q4_0, Q6_K).
 bool has_interleaved_layout(TensorType type);
 
 // Eight rows of n_blocks blocks of `type` (row r at rows + r * row_bytes) to n_blocks interleaved blocks at out.

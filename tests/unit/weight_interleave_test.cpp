@@ -88,8 +88,43 @@ TEST(WeightInterleave, EveryByteOfEightQ5_0RowsLandsWhereTheLayoutSays) {
   }
 }
 
+TEST(WeightInterleave, EveryByteOfEightQ4_0RowsLandsWhereTheLayoutSays) {
+  const int64_t n_blocks = 3;
+  const auto bytes = random_rows<BlockQ4_0>(kInterleavedRows, n_blocks, 6);
+  const auto groups = interleaved<BlockQ4_0x8>(TensorType::Q4_0, bytes, n_blocks);
+  for (int r = 0; r < kInterleavedRows; ++r) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const BlockQ4_0 row = row_block<BlockQ4_0>(bytes, n_blocks, r, b);
+      EXPECT_EQ(groups[b].d[r], row.d);
+      for (int q = 0; q < 4; ++q) {
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(groups[b].qs[q][r][i], row.qs[4 * q + i]) << r << " " << b;
+      }
+    }
+  }
+}
+
+TEST(WeightInterleave, EveryByteOfEightQ6KRowsLandsWhereTheLayoutSays) {
+  const int64_t n_blocks = 2;
+  const auto bytes = random_rows<BlockQ6_K>(kInterleavedRows, n_blocks, 7);
+  const auto groups = interleaved<BlockQ6_Kx8>(TensorType::Q6_K, bytes, n_blocks);
+  for (int r = 0; r < kInterleavedRows; ++r) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const BlockQ6_K row = row_block<BlockQ6_K>(bytes, n_blocks, r, b);
+      const BlockQ6_Kx8& g = groups[b];
+      EXPECT_EQ(g.d[r], row.d);
+      for (int k = 0; k < 4; ++k) EXPECT_EQ(std::memcmp(&g.scale_words[k][r], row.scales + 4 * k, 4), 0);
+      for (int q = 0; q < 32; ++q) {
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(g.ql[q][r][i], row.ql[4 * q + i]) << r << " " << b;
+      }
+      for (int q = 0; q < 16; ++q) {
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(g.qh[q][r][i], row.qh[4 * q + i]) << r << " " << b;
+      }
+    }
+  }
+}
+
 TEST(WeightInterleave, EachRowComesBackBitForBit) {
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
     const int64_t n_blocks = 5;
     const size_t row_bytes = size_t(n_blocks) * tensor_type_info(type)->block_bytes;
     std::vector<uint8_t> bytes(kInterleavedRows * row_bytes), groups(bytes.size()), row(row_bytes);
@@ -102,7 +137,7 @@ TEST(WeightInterleave, EachRowComesBackBitForBit) {
       EXPECT_EQ(std::memcmp(row.data(), bytes.data() + r * row_bytes, row_bytes), 0) << "row " << r;
     }
   }
-  EXPECT_FALSE(has_interleaved_layout(TensorType::Q6_K));
+  EXPECT_FALSE(has_interleaved_layout(TensorType::Q5_K));
 }
 
 // The store rearranges Q4_K matrices of whole groups that are multiplied where the kernels read them faster,
@@ -127,7 +162,7 @@ TEST(CpuWeightStore, InterleavesQ4KWhereTheKernelsWantItOncePerTensor) {
   EXPECT_FALSE(store->place(partial_group, false, WeightUse::kMatmul).interleaved);
   const std::vector<uint8_t> table = random_rows<BlockQ4_K>(16, n_super, 4);
   EXPECT_FALSE(store->place(WeightMatrix{TensorType::Q4_K, table.data(), n_in, 16}, false, WeightUse::kLookup).interleaved);
-  const WeightMatrix other_type{TensorType::Q6_K, bytes.data(), 256, 16};
+  const WeightMatrix other_type{TensorType::Q5_K, bytes.data(), 256, 16};
   EXPECT_EQ(store->place(other_type, false, WeightUse::kMatmul).data, other_type.data);
 }
 
