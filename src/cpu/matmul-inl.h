@@ -904,11 +904,12 @@ HWY_INLINE void DotRowFloat(const uint8_t* row, int64_t n_in, const float* const
 }
 
 #if HWY_TARGET == HWY_AVX2
-// Q4_K rows interleaved eight at a time (formats::BlockQ4_Kx8) times one token, on AVX2: the eight rows' dot
-// products in the eight int32/float lanes of one vector. Each 32-byte load holds four quants of every row
-// (lane r: row r); vpmaddubsw against the broadcast activation quad gives two int16 pair sums per row, and the
-// eight quads of a sub-block add up in int16 (at most 8 * 2 * 15 * 127 = 30480) before vpmaddwd weighs them by
-// the rows' 6-bit sub-block scales into int32. The mins' term, sum_j m_j * (sum of x over sub-block j), comes
+// Q4_K and Q5_K rows interleaved eight at a time (formats::BlockQ4_Kx8, BlockQ5_Kx8) times one token, on AVX2:
+// the eight rows' dot products in the eight int32/float lanes of one vector. Each 32-byte load holds four quants
+// of every row (lane r: row r; Q5_K's fifth bits from one load of qh per quad); vpmaddubsw against the broadcast
+// activation quad gives two int16 pair sums per row, and the quads of a sub-block add up in int16 (all eight
+// for 4 bits, at most 8 * 2 * 15 * 127 = 30480; four at a time for 5 bits, 31496) before vpmaddwd weighs them
+// by the rows' 6-bit sub-block scales into int32. The mins' term, sum_j m_j * (sum of x over sub-block j), comes
 // from the token's 16-element sums (QuantizedTokens::sum16) by vpmaddwd too; per super-block both are weighed
 // once, by d * d_x and dmin * d_x of the eight rows.
 HWY_INLINE __m256i BroadcastQuad(const int8_t* p) {
@@ -932,13 +933,16 @@ HWY_INLINE __m256i WidenByteToPair(int k) {
   return _mm256_setr_epi32(lane(0), lane(1), lane(2), lane(3), lane(0), lane(1), lane(2), lane(3));
 }
 
-HWY_INLINE void DotGroupQ4Kx8Avx2(const fmt::BlockQ4_Kx8* group, int64_t nb, const TokenQ& x, float* y) {
-  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi32(0x3F3F3F3F);
+template <class Group>
+HWY_INLINE void DotGroupQ45Kx8Avx2(const Group* group, int64_t nb, const TokenQ& x, float* y) {
+  constexpr bool kFive = std::is_same_v<Group, fmt::BlockQ5_Kx8>;
+  constexpr int kRun = kFive ? 4 : 8;  // quads whose pair sums add up in int16
+  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi32(0x3F3F3F3F), sixteen = _mm256_set1_epi8(16);
   const __m256i low4 = _mm256_set1_epi32(0x0F0F0F0F), bits45 = _mm256_set1_epi32(0x30303030);
   const __m256i widen[4] = {WidenByteToPair(0), WidenByteToPair(1), WidenByteToPair(2), WidenByteToPair(3)};
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    const fmt::BlockQ4_Kx8& blk = group[b];
+    const Group& blk = group[b];
     PrefetchGroupsAhead(blk);
     // The K4 scale unpacking (UnpackScalesMinsK4) on the eight rows' words at once: bytes of lane r are row r's
     // scales 0-3 / 4-7 and mins 0-3 / 4-7.
@@ -965,16 +969,27 @@ HWY_INLINE void DotGroupQ4Kx8Avx2(const fmt::BlockQ4_Kx8* group, int64_t nb, con
     HWY_UNROLL(1)
     for (int chunk = 0; chunk < 4; ++chunk) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
       const int8_t* xc = x.q8 + b * fmt::QK_K + 64 * chunk;
-      __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
-      for (int q = 0; q < 8; ++q) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[chunk][q]));
-        sum_lo = _mm256_add_epi16(sum_lo, _mm256_maddubs_epi16(_mm256_and_si256(v, nibble), BroadcastQuad(xc + 4 * q)));
-        sum_hi = _mm256_add_epi16(sum_hi, _mm256_maddubs_epi16(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble),
-                                                               BroadcastQuad(xc + 32 + 4 * q)));
-      }
       const __m256i& sc = scales[chunk / 2];
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_lo, _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2)])));
-      isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_hi, _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2) + 1])));
+      const __m256i scale_lo = _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2)]);
+      const __m256i scale_hi = _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2) + 1]);
+      // Q5_K: bits 2c and 2c + 1 of qh[l] are the fifth bits of elements 64c + l and 64c + 32 + l.
+      const __m128i shift_lo = _mm_cvtsi32_si128(2 * chunk), shift_hi = _mm_cvtsi32_si128(2 * chunk + 1);
+      for (int q0 = 0; q0 < 8; q0 += kRun) {
+        __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+        for (int q = q0; q < q0 + kRun; ++q) {
+          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[chunk][q]));
+          __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+          if constexpr (kFive) {
+            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh[q]));
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(h, shift_lo), 4), sixteen));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(h, shift_hi), 4), sixteen));
+          }
+          sum_lo = _mm256_add_epi16(sum_lo, _mm256_maddubs_epi16(lo, BroadcastQuad(xc + 4 * q)));
+          sum_hi = _mm256_add_epi16(sum_hi, _mm256_maddubs_epi16(hi, BroadcastQuad(xc + 32 + 4 * q)));
+        }
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_lo, scale_lo));
+        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_hi, scale_hi));
+      }
     }
     total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, total);
   }
@@ -1135,7 +1150,9 @@ HWY_INLINE void InterleavedRows(const MatmulJob& job, int64_t row_begin, int64_t
     for (int64_t t = token_begin; t < token_end; ++t) {
       HWY_ALIGN float y[fmt::kInterleavedRows];
       if constexpr (kType == TensorType::Q4_K) {
-        DotGroupQ4Kx8Avx2(reinterpret_cast<const fmt::BlockQ4_Kx8*>(group), nb, TokenAt(job, t), y);
+        DotGroupQ45Kx8Avx2(reinterpret_cast<const fmt::BlockQ4_Kx8*>(group), nb, TokenAt(job, t), y);
+      } else if constexpr (kType == TensorType::Q5_K) {
+        DotGroupQ45Kx8Avx2(reinterpret_cast<const fmt::BlockQ5_Kx8*>(group), nb, TokenAt(job, t), y);
       } else if constexpr (kType == TensorType::Q8_0) {
         DotGroupQ8_0x8Avx2(reinterpret_cast<const fmt::BlockQ8_0x8*>(group), nb, TokenAt(job, t), y);
       } else if constexpr (kType == TensorType::Q5_0) {
@@ -1155,8 +1172,7 @@ HWY_INLINE void InterleavedRows(const MatmulJob& job, int64_t row_begin, int64_t
 // Whether this target multiplies interleaved rows of `type` itself (InterleavedRows); for others matmul hands
 // the kernels the rows in the file's layout.
 constexpr bool InterleavedKernelFor(TensorType type) {
-  return HWY_TARGET == HWY_AVX2 && (type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0 ||
-                                    type == TensorType::Q4_0 || type == TensorType::Q6_K);
+  return HWY_TARGET == HWY_AVX2 && fmt::has_interleaved_layout(type);
 }
 
 bool HasInterleavedKernel(TensorType type) { return InterleavedKernelFor(type); }

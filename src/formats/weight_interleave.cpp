@@ -39,6 +39,20 @@ struct Interleaving<TensorType::Q4_K> {
 };
 
 template <>
+struct Interleaving<TensorType::Q5_K> {
+  using Block = BlockQ5_K;
+  using Group = BlockQ5_Kx8;
+  template <class Piece>
+  static void for_each_piece(int r, Piece piece) {
+    row_field(piece, r, offsetof(Group, d), offsetof(Block, d), sizeof(f16_bits));
+    row_field(piece, r, offsetof(Group, dmin), offsetof(Block, dmin), sizeof(f16_bits));
+    row_quads(piece, r, offsetof(Group, scale_words), offsetof(Block, scales), 3);
+    row_quads(piece, r, offsetof(Group, qh), offsetof(Block, qh), 8);
+    row_quads(piece, r, offsetof(Group, qs), offsetof(Block, qs), 32);  // quad 8c + q: qs[32c + 4q ..]
+  }
+};
+
+template <>
 struct Interleaving<TensorType::Q8_0> {
   using Block = BlockQ8_0;
   using Group = BlockQ8_0x8;
@@ -89,6 +103,7 @@ template <class Fn>
 void visit_interleaving(TensorType type, Fn fn) {
   switch (type) {
     case TensorType::Q4_K: return fn(Interleaving<TensorType::Q4_K>{});
+    case TensorType::Q5_K: return fn(Interleaving<TensorType::Q5_K>{});
     case TensorType::Q8_0: return fn(Interleaving<TensorType::Q8_0>{});
     case TensorType::Q5_0: return fn(Interleaving<TensorType::Q5_0>{});
     case TensorType::Q4_0: return fn(Interleaving<TensorType::Q4_0>{});
@@ -98,11 +113,6 @@ void visit_interleaving(TensorType type, Fn fn) {
 }
 
 }  // namespace
-
-bool has_interleaved_layout(TensorType type) {
-  return type == TensorType::Q4_K || type == TensorType::Q8_0 || type == TensorType::Q5_0 || type == TensorType::Q4_0 ||
-         type == TensorType::Q6_K;
-}
 
 void interleave_rows(TensorType type, const uint8_t* rows, size_t row_bytes, int64_t n_blocks, void* out) {
   visit_interleaving(type, [&](auto layout) {

@@ -24,6 +24,15 @@ struct BlockQ4_Kx8 {
 };
 static_assert(sizeof(BlockQ4_Kx8) == kInterleavedRows * sizeof(BlockQ4_K), "a rearrangement, not a new format");
 
+// Q5_K: super-block b of rows 8g .. 8g + 7, Q4_K's fields and the fifth bits.
+struct BlockQ5_Kx8 {
+  f16_bits d[kInterleavedRows], dmin[kInterleavedRows];  // row r's d and dmin
+  uint32_t scale_words[3][kInterleavedRows];              // [k][r]: bytes 4k .. 4k + 3 of row r's scales
+  uint8_t qh[8][kInterleavedRows][4];                     // [quad q][r]: row r's qh[4q .. 4q + 3]
+  uint8_t qs[4][8][kInterleavedRows][4];                  // [chunk c][quad q][r]: row r's qs[32c + 4q ..] (4 bytes)
+};
+static_assert(sizeof(BlockQ5_Kx8) == kInterleavedRows * sizeof(BlockQ5_K), "a rearrangement, not a new format");
+
 // Q8_0: block b of rows 8g .. 8g + 7.
 struct BlockQ8_0x8 {
   f16_bits d[kInterleavedRows];           // row r's d
@@ -55,8 +64,11 @@ struct BlockQ6_Kx8 {
 };
 static_assert(sizeof(BlockQ6_Kx8) == kInterleavedRows * sizeof(BlockQ6_K), "a rearrangement, not a new format");
 
-// Whether `type` has an interleaved layout (Q4_K, Q8_0, Q5_0, Q4_0, Q6_K).
-bool has_interleaved_layout(TensorType type);
+// Whether `type` has an interleaved layout (Q4_K, Q5_K, Q8_0, Q5_0, Q4_0, Q6_K).
+constexpr bool has_interleaved_layout(TensorType type) {
+  return type == TensorType::Q4_K || type == TensorType::Q5_K || type == TensorType::Q8_0 || type == TensorType::Q5_0 ||
+         type == TensorType::Q4_0 || type == TensorType::Q6_K;
+}
 
 // Eight rows of n_blocks blocks of `type` (row r at rows + r * row_bytes) to n_blocks interleaved blocks at out.
 void interleave_rows(TensorType type, const uint8_t* rows, size_t row_bytes, int64_t n_blocks, void* out);

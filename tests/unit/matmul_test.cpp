@@ -225,7 +225,7 @@ const TypeCase& type_case(TensorType type) {
 TEST(Matmul, InterleavedRowsMatchTheReference) {
   ThreadPool one(1), two(2);
   uint32_t seed = 300;
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
     for (Shape s : {Shape{256, 8}, Shape{512, 64}, Shape{2560, 24}}) {
       for (int64_t n_tokens : {1, 3, 37}) {
         check_matmul(type_case(type), s, n_tokens, one, seed++, Layout::kInterleaved);
@@ -240,7 +240,7 @@ TEST(Matmul, InterleavedRowsMatchTheReference) {
     hwy::SetSupportedTargetsForTest(target);
     hwy::GetChosenTarget().Update(hwy::SupportedTargets());
     SCOPED_TRACE(hwy::TargetName(target));
-    for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
+    for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
       for (int64_t n_tokens : {1, 5, 37}) check_matmul(type_case(type), Shape{512, 16}, n_tokens, two, seed++, Layout::kInterleaved);
     }
   }
@@ -253,7 +253,7 @@ TEST(Matmul, InterleavedRowsComeInWholeGroupsOfATypeWithThatLayout) {
   std::vector<uint8_t> bytes(16 * sizeof(formats::BlockQ4_K));
   std::vector<float> x(512), y(16);
   EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q4_K, bytes.data(), 256, 12, true}, x.data(), 1, y.data()), Error);
-  EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q5_K, bytes.data(), 256, 8, true}, x.data(), 1, y.data()), Error);
+  EXPECT_THROW(matmul(pool, WeightMatrix{TensorType::Q4_1, bytes.data(), 256, 8, true}, x.data(), 1, y.data()), Error);
   const int32_t id = 0;
   EXPECT_THROW(get_rows(WeightMatrix{TensorType::Q4_K, bytes.data(), 256, 4, true}, &id, 1, x.data()), Error);
 }
@@ -318,7 +318,7 @@ TEST(GetRows, EqualsDequantizeRowBitForBit) {
 }
 
 TEST(GetRows, InterleavedRowsEqualDequantizeRowBitForBit) {
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
     const TypeCase& c = type_case(type);
     const Shape s{512, 48};
     const auto bytes = random_weights(c, s.n_in, s.n_out, 12);

@@ -57,6 +57,29 @@ TEST(WeightInterleave, EveryByteOfEightQ4KRowsLandsWhereTheLayoutSays) {
   }
 }
 
+TEST(WeightInterleave, EveryByteOfEightQ5KRowsLandsWhereTheLayoutSays) {
+  const int64_t n_blocks = 2;
+  const auto bytes = random_rows<BlockQ5_K>(kInterleavedRows, n_blocks, 8);
+  const auto groups = interleaved<BlockQ5_Kx8>(TensorType::Q5_K, bytes, n_blocks);
+  for (int r = 0; r < kInterleavedRows; ++r) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const BlockQ5_K row = row_block<BlockQ5_K>(bytes, n_blocks, r, b);
+      const BlockQ5_Kx8& g = groups[b];
+      EXPECT_EQ(g.d[r], row.d);
+      EXPECT_EQ(g.dmin[r], row.dmin);
+      for (int k = 0; k < 3; ++k) EXPECT_EQ(std::memcmp(&g.scale_words[k][r], row.scales + 4 * k, 4), 0);
+      for (int q = 0; q < 8; ++q) {
+        for (int i = 0; i < 4; ++i) ASSERT_EQ(g.qh[q][r][i], row.qh[4 * q + i]) << r << " " << b;
+      }
+      for (int c = 0; c < 4; ++c) {
+        for (int q = 0; q < 8; ++q) {
+          for (int i = 0; i < 4; ++i) ASSERT_EQ(g.qs[c][q][r][i], row.qs[32 * c + 4 * q + i]) << r << " " << b;
+        }
+      }
+    }
+  }
+}
+
 TEST(WeightInterleave, EveryByteOfEightQ8_0RowsLandsWhereTheLayoutSays) {
   const int64_t n_blocks = 5;
   const auto bytes = random_rows<BlockQ8_0>(kInterleavedRows, n_blocks, 2);
@@ -124,7 +147,7 @@ TEST(WeightInterleave, EveryByteOfEightQ6KRowsLandsWhereTheLayoutSays) {
 }
 
 TEST(WeightInterleave, EachRowComesBackBitForBit) {
-  for (TensorType type : {TensorType::Q4_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
+  for (TensorType type : {TensorType::Q4_K, TensorType::Q5_K, TensorType::Q8_0, TensorType::Q5_0, TensorType::Q4_0, TensorType::Q6_K}) {
     const int64_t n_blocks = 5;
     const size_t row_bytes = size_t(n_blocks) * tensor_type_info(type)->block_bytes;
     std::vector<uint8_t> bytes(kInterleavedRows * row_bytes), groups(bytes.size()), row(row_bytes);
@@ -137,7 +160,7 @@ TEST(WeightInterleave, EachRowComesBackBitForBit) {
       EXPECT_EQ(std::memcmp(row.data(), bytes.data() + r * row_bytes, row_bytes), 0) << "row " << r;
     }
   }
-  EXPECT_FALSE(has_interleaved_layout(TensorType::Q5_K));
+  EXPECT_FALSE(has_interleaved_layout(TensorType::Q4_1));
 }
 
 // The store rearranges Q4_K matrices of whole groups that are multiplied where the kernels read them faster,
@@ -162,7 +185,7 @@ TEST(CpuWeightStore, InterleavesQ4KWhereTheKernelsWantItOncePerTensor) {
   EXPECT_FALSE(store->place(partial_group, false, WeightUse::kMatmul).interleaved);
   const std::vector<uint8_t> table = random_rows<BlockQ4_K>(16, n_super, 4);
   EXPECT_FALSE(store->place(WeightMatrix{TensorType::Q4_K, table.data(), n_in, 16}, false, WeightUse::kLookup).interleaved);
-  const WeightMatrix other_type{TensorType::Q5_K, bytes.data(), 256, 16};
+  const WeightMatrix other_type{TensorType::Q4_1, bytes.data(), 256, 16};
   EXPECT_EQ(store->place(other_type, false, WeightUse::kMatmul).data, other_type.data);
 }
 
