@@ -9,7 +9,7 @@
 //    unpacked once for all tokens of the tile, an activation vector loaded once for all rows;
 //  - prompts: a GEMM with tokens in the vector lanes (see "Prompt processing" below), each row unpacked once
 //    per task and used for every token (on AVX3_DL as int8 by vpdpbusd: "The GEMM with VNNI"; on AVX2 the
-//    4- and 5-bit types as bytes by vpmaddubsw: "The byte GEMM on AVX2").
+//    4-, 5- and 6-bit types as bytes by vpmaddubsw: "The byte GEMM on AVX2").
 // On AVX-512 with VNNI (Highway's AVX3_DL target) the few-token kernels of the 32-element block types and of
 // Q4_K/Q5_K multiply bytes instead: 64 quants per vector, by vpdpbusd (see "Legacy blocks with VNNI") or by
 // vpmaddubsw with the sub-block scales applied by vpdpwssd (DotSuperBlockQ45KVnni, DotSuperBlockQ6KVnni). On AVX2
