@@ -132,13 +132,23 @@ HWY_INLINE void AddFifthBits32(D d, const uint8_t* qh, hn::Vec<D>* w) {
 }
 
 
-// sum0 + sum1 += pairwise products of a and b. ReorderWidenMulAccumulate into zero and a separate add: GCC
-// then accumulates in place instead of copying every accumulator each iteration. (x86 leaves sum1 at zero.)
-HWY_INLINE void MulPairsAccumulate(V16 a, V16 b, V32& sum0, V32& sum1) {
-  V32 upper = hn::Zero(D32());
-  const V32 lower = hn::ReorderWidenMulAccumulate(D32(), a, b, hn::Zero(D32()), upper);
-  sum0 = hn::Add(sum0, lower);
-  sum1 = hn::Add(sum1, upper);
+// Lane i: a[2i] * b[2i] + a[2i + 1] * b[2i + 1], as pmaddwd. Highway 1.0.3's ReorderWidenMulAccumulate leaves
+// which products land in which lane to the target (x86 sums pairs in place; NEON puts the lower half's products
+// in sum0 and the upper half's in sum1), which a dot product may ignore but the GEMM, whose lanes are tokens,
+// may not.
+HWY_INLINE V32 MulPairwise(V16 a, V16 b) {
+#if HWY_ARCH_X86
+  V32 upper = hn::Zero(D32());  // stays zero on x86
+  return hn::ReorderWidenMulAccumulate(D32(), a, b, hn::Zero(D32()), upper);
+#elif HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+  const int32x4_t lower = vmull_s16(vget_low_s16(a.raw), vget_low_s16(b.raw));
+  return V32(vpaddq_s32(lower, vmull_high_s16(a.raw, b.raw)));
+#else
+  const D32 d32;
+  const V32 a32 = hn::BitCast(d32, a), b32 = hn::BitCast(d32, b);  // element 2i in the low half of lane i
+  const V32 even = hn::Mul(hn::ShiftRight<16>(hn::ShiftLeft<16>(a32)), hn::ShiftRight<16>(hn::ShiftLeft<16>(b32)));
+  return hn::Add(even, hn::Mul(hn::ShiftRight<16>(a32), hn::ShiftRight<16>(b32)));
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------------
@@ -1479,9 +1489,9 @@ HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, con
     for (int v = 0; v < V; ++v) hn::StoreU(acc[r][v], df, out[r] + v * NT);
   }
   for (int64_t g = 0; g < n_groups; ++g) {
-    V32 sum0[R][V], sum1[R][V];
+    V32 sum[R][V];
     for (int r = 0; r < R; ++r) {
-      for (int v = 0; v < V; ++v) sum0[r][v] = sum1[r][v] = hn::Zero(d32);
+      for (int v = 0; v < V; ++v) sum[r][v] = hn::Zero(d32);
     }
     const int16_t* xg[V];
     for (int v = 0; v < V; ++v) xg[v] = xq[v] + g * kGroup * NT;
@@ -1499,21 +1509,15 @@ HWY_INLINE void GemmTile(const int16_t* const* w, const float* const* scale, con
         std::memcpy(&pair0, w[r] + w0 + 2 * p, 4);
         std::memcpy(&pair1, w[r] + w0 + 2 * p + 2, 4);
         const V16 wb0 = hn::BitCast(d16, hn::Set(d32, pair0)), wb1 = hn::BitCast(d16, hn::Set(d32, pair1));
-        for (int v = 0; v < V; ++v) {
-          V32 upper0 = hn::Zero(d32), upper1 = hn::Zero(d32);
-          const V32 lower0 = hn::ReorderWidenMulAccumulate(d32, x0[v], wb0, hn::Zero(d32), upper0);
-          const V32 lower1 = hn::ReorderWidenMulAccumulate(d32, x1[v], wb1, hn::Zero(d32), upper1);
-          sum0[r][v] = hn::Add(sum0[r][v], hn::Add(lower0, lower1));
-          sum1[r][v] = hn::Add(sum1[r][v], hn::Add(upper0, upper1));
-        }
+        for (int v = 0; v < V; ++v) sum[r][v] = hn::Add(sum[r][v], hn::Add(MulPairwise(x0[v], wb0), MulPairwise(x1[v], wb1)));
       }
     }
     for (int v = 0; v < V; ++v) {
       const VF dx = hn::LoadU(df, xscale[v] + g * NT);
       for (int r = 0; r < R; ++r) {
         const VF d = hn::Mul(hn::Set(df, scale[r][g]), dx);
-        float* sum = out[r] + v * NT;
-        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, hn::Add(sum0[r][v], sum1[r][v])), d, hn::LoadU(df, sum)), df, sum);
+        float* total = out[r] + v * NT;
+        hn::StoreU(hn::MulAdd(hn::ConvertTo(df, sum[r][v]), d, hn::LoadU(df, total)), df, total);
       }
     }
   }
