@@ -40,6 +40,10 @@
 #include <hwy/aligned_allocator.h>
 #include <hwy/cache_control.h>
 #include <hwy/highway.h>
+#if HWY_ARCH_ARM_A64 && defined(__linux__)
+#include <asm/hwcap.h>  // HasDotProd (matmul_dotprod-inl.h)
+#include <sys/auxv.h>
+#endif
 
 #include "cpu/matmul_job.h"
 #include "formats/weight_formats.h"
@@ -1255,12 +1259,21 @@ constexpr int TileTokens() {
 #endif
 }
 
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+#include "cpu/matmul_dotprod-inl.h"
+#endif
+
 template <TensorType kType>
 void MatmulRowsTyped(const MatmulJob& job, int64_t row_begin, int64_t row_end, int64_t token_begin,
                      int64_t token_end) {
 #if HWY_TARGET == HWY_AVX2
   if constexpr (InterleavedKernelFor(kType)) {
     if (job.interleaved) return InterleavedRows<kType>(job, row_begin, row_end, token_begin, token_end);
+  }
+#endif
+#if HWY_TARGET == HWY_NEON && HWY_ARCH_ARM_A64
+  if constexpr (HasDotProdKernel(kType)) {
+    if (HasDotProd()) return DotProdRows<kType>(job, row_begin, row_end, token_begin, token_end);
   }
 #endif
   int64_t t0 = token_begin;
@@ -1998,7 +2011,7 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int16_t, decltype(df)> d16;
-#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2
+#if HWY_TARGET == HWY_AVX3_DL || HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_NEON
   const hn::Rebind<int8_t, decltype(df)> d8;
 #endif
   const int64_t N = int64_t(hn::Lanes(df));
@@ -2011,8 +2024,9 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
 #else
     int16_t* qt = q + t * n_in;
 #endif
-#if HWY_TARGET == HWY_AVX2
-    int8_t* q8t = q8 + t * n_in;  // for the byte kernels (DotSuperBlockQ45KAvx2, the interleaved ones)
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_NEON
+    // For the byte kernels: DotSuperBlockQ45KAvx2 and the interleaved ones; on NEON the dot-product ones.
+    int8_t* q8t = q8 + t * n_in;
 #endif
     for (int64_t g = 0; g < n_groups; ++g) {
       const float* xg = xt + g * group;
@@ -2031,7 +2045,7 @@ void QuantizeTokens(const float* x, int64_t n_in, int64_t n_tokens, fmt::Activat
 #else
           hn::StoreU(hn::DemoteTo(d16, qi), d16, qt + g * group + i);
 #endif
-#if HWY_TARGET == HWY_AVX2
+#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_NEON
           hn::StoreU(hn::DemoteTo(d8, qi), d8, q8t + g * group + i);
 #endif
         }
