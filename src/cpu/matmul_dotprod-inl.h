@@ -113,8 +113,8 @@ HWY_NOINLINE float DotRowQ45KDotProd(const uint8_t* row, int64_t nb, const Token
     for (int c = 0; c < 4; ++c) {
       int32x4_t lo = vdupq_n_s32(0), hi = vdupq_n_s32(0);
       for (int half = 0; half < 2; ++half) {
-        uint8x16_t q_lo = vandq_u8(vld1q_u8(blk.qs + 32 * c + 16 * half), vdupq_n_u8(0x0F));
-        uint8x16_t q_hi = vshrq_n_u8(vld1q_u8(blk.qs + 32 * c + 16 * half), 4);
+        const uint8x16_t q = vld1q_u8(blk.qs + 32 * c + 16 * half);
+        uint8x16_t q_lo = vandq_u8(q, vdupq_n_u8(0x0F)), q_hi = vshrq_n_u8(q, 4);
         if constexpr (kFive) {
           q_lo = vorrq_u8(q_lo, vshlq_n_u8(vandq_u8(h[half], vdupq_n_u8(1)), 4));
           q_hi = vorrq_u8(q_hi, vshlq_n_u8(vandq_u8(h[half], vdupq_n_u8(2)), 3));
