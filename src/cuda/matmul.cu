@@ -13,6 +13,7 @@
 #include "cuda/activations.h"
 #include "cuda/cuda_check.h"
 #include "cuda/dependent_launch.cuh"
+#include "cuda/matmul_half.h"
 #include "cuda/matmul_int8.h"
 #include "cuda/stage_bytes.cuh"
 #include "formats/weight_formats.h"
@@ -147,20 +148,8 @@ void launch_gemv(MatmulContext& ctx, const WeightMatrix& w, size_t row_bytes, co
 }
 
 // ---------------------------------------------------------------------------------------------------------
-// Prefill path for the float types: cuBLAS. F16 / BF16 weights as they are, on tensor cores; F32 in full fp32.
-// (Block types take the kernels on 8-bit codes of matmul_int8.cu.)
-
-constexpr int kThreads = 256;
-
-// y[t][o] = sum_i a[o][i] x[t][i], a and x of cuBLAS element type `type`, fp32 accumulation: column-major,
-// Y^T = A^T-as-stored times X.
-void gemm(MatmulContext& ctx, cudaDataType_t type, const void* a, int64_t rows, int64_t n_in, const void* x,
-          int64_t n_tokens, float* y) {
-  const float alpha = 1.0f, beta = 0.0f;
-  SPARROW_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, int(rows), int(n_tokens), int(n_in),
-                                    &alpha, a, type, int(n_in), x, type, int(n_in), &beta, y, CUDA_R_32F, int(rows),
-                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-}
+// Prefill path for the float types: F16 / BF16 weights as they are, on tensor cores (matmul_half.h); F32 through
+// cuBLAS in full fp32. (Block types take the kernels on 8-bit codes of matmul_int8.cu.)
 
 // x: the activations as floats (F32), x_half: their f16 / bf16 encodings (F16 / BF16).
 template <TensorType T>
@@ -169,14 +158,21 @@ void float_gemm(MatmulContext& ctx, const WeightMatrix& w, const float* x, const
   static_assert(T == TensorType::F32 || T == TensorType::F16 || T == TensorType::BF16,
                 "a block type needs formats::WeightInt8 (its products are matmul_int8's)");
   if constexpr (T == TensorType::F32) {
-    gemm(ctx, CUDA_R_32F, w.data, w.n_out, w.n_in, x, n_tokens, y);
+    // y[t][o] = sum_i a[o][i] x[t][i] column-major: Y^T = A^T-as-stored times X.
+    const float alpha = 1.0f, beta = 0.0f;
+    SPARROW_CUBLAS_CHECK(cublasGemmEx(ctx.cublas(), CUBLAS_OP_T, CUBLAS_OP_N, int(w.n_out), int(n_tokens),
+                                      int(w.n_in), &alpha, w.data, CUDA_R_32F, int(w.n_in), x, CUDA_R_32F,
+                                      int(w.n_in), &beta, y, CUDA_R_32F, int(w.n_out), CUBLAS_COMPUTE_32F,
+                                      CUBLAS_GEMM_DEFAULT));
   } else {
-    gemm(ctx, T == TensorType::F16 ? CUDA_R_16F : CUDA_R_16BF, w.data, w.n_out, w.n_in, x_half, n_tokens, y);
+    matmul_half(ctx.stream(), T, static_cast<const uint16_t*>(w.data), w.n_in, w.n_out, x_half, n_tokens, y);
   }
 }
 
 // ---------------------------------------------------------------------------------------------------------
 // Row gathers: one CTA per id, one thread per run.
+
+constexpr int kThreads = 256;
 
 template <TensorType T>
 __global__ void __launch_bounds__(kThreads)

@@ -10,9 +10,9 @@
 //  - decode (n_tokens <= kMaxGemvTokens): a GEMV that reads each weight byte once: one warp per output row,
 //    the row staged through shared memory with 16-byte loads, activations in shared memory, fp32 products and
 //    accumulation, warp-shuffle reduction.
-//  - prefill: f16 and bf16 weights go to cuBLAS as they are, against the activations' 16-bit encodings, on
-//    tensor cores with fp32 accumulation (the products of two halves are exact in fp32); f32 to cuBLAS in full
-//    fp32 (CUBLAS_COMPUTE_32F). Not TF32: on an H200 its 10-bit inputs moved a float-weight model's logits by
+//  - prefill: f16 and bf16 weights as they are, against the activations' 16-bit encodings, on tensor cores
+//    (matmul_half.h: 16-element partial sums, exact products, added in rounded fp32); f32 to cuBLAS in full fp32
+//    (CUBLAS_COMPUTE_32F). Not TF32: on an H200 its 10-bit inputs moved a float-weight model's logits by
 //    3e-3 of max|logit| against the CPU, three times the parity budget (scripts/gpu-e2e, 2026-12-03).
 // Error bounds: tests/gpu/matmul_test.cpp (float types), tests/gpu/matmul_int8_test.cpp (block types).
 #include <cublas_v2.h>

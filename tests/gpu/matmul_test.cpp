@@ -5,6 +5,7 @@
 // Every case logs its format, shape, token count and the largest error seen relative to its bound, so that a
 // log from a GPU machine says how much room each bound leaves.
 #include "cuda/matmul.h"
+#include "cuda/matmul_half.h"
 #include "cuda/matmul_int8.h"
 
 #include "cuda/activations.h"
@@ -56,11 +57,16 @@ std::vector<float> dequantized(TensorType type, const std::vector<uint8_t>& byte
 //    32nd run of 8 elements, so it sums at most 8 * ceil(n_in / 256) products in sequence (one rounding each in
 //    an fmaf), then 5 shuffle levels add the lanes: at most that many + 5 roundings of 2^-24 along any path (the
 //    classic gamma_n bound of recursive summation), with 1% slack.
-//  - GEMM (cuBLAS, full fp32; tensor cores for f16 / bf16, whose products with the 16-bit activations are exact
-//    in fp32): fp32 accumulation in cuBLAS's order adds at most n_in roundings of 2^-24 (blocked summation does
+//  - GEMM, f16 / bf16 (matmul_half.h): products of 16-bit values are exact in fp32; each mma sums 16 of them
+//    from zero, the tensor core aligning them to the largest and truncating, at most 2^-23 of the largest per
+//    addend (17 addends on a two-pass tensor core: 34 units of 2^-24 of the partial's absolute sum); the
+//    partials, one per 16 elements, are added with rounded fp32 adds: n_in / 16 more roundings. (A sum accumulated inside the mma
+//    across all of n_in would be bounded only by about n_in units.)
+//  - GEMM, f32 (cuBLAS, full fp32): at most n_in roundings of 2^-24 in cuBLAS's order (blocked summation does
 //    better; this is the plain recursive bound).
-double relative_bound(int64_t n_in, int64_t n_tokens) {
+double relative_bound(TensorType type, int64_t n_in, int64_t n_tokens) {
   if (n_tokens <= kMaxGemvTokens) return double(8 * ((n_in + 255) / 256) + 5) * 0x1.0p-24 * 1.01;
+  if (type == TensorType::F16 || type == TensorType::BF16) return double((n_in + 15) / 16 + 34) * 0x1.0p-24;
   return double(n_in + 1) * 0x1.0p-24;
 }
 
@@ -84,7 +90,7 @@ double check_matmul(MatmulContext& ctx, const Stream& stream, TensorType type, S
   stream.sync();
   const std::vector<float> y = y_dev.read();
 
-  const double relative = relative_bound(s.n_in, n_tokens);
+  const double relative = relative_bound(type, s.n_in, n_tokens);
   double worst_ratio = 0;
   for (int64_t t = 0; t < n_tokens; ++t) {
     for (int64_t o = 0; o < s.n_out; ++o) {
@@ -297,6 +303,11 @@ TEST(CudaMatmul, RejectsBadShapesAndTypes) {
   EXPECT_THROW(product(TensorType::Q8_0, 32, 1, nullptr), Error);
   EXPECT_THROW(product(TensorType::F32, 8, 1, bytes.get() + 1), Error);  // f32 data must be 4-byte aligned
   EXPECT_THROW(matmul(ctx, WeightMatrix{TensorType::Q8_0, bytes.get(), 32, 1}, x.get(), -1, y.get()), Error);
+  // The half GEMM on its own: 16-bit float types only, whole runs of 8.
+  const auto* halves = reinterpret_cast<const uint16_t*>(bytes.get());
+  EXPECT_THROW(matmul_half(stream.get(), TensorType::Q8_0, halves, 32, 1, halves, 16, y.get()), Error);
+  EXPECT_THROW(matmul_half(stream.get(), TensorType::F16, halves, 12, 1, halves, 16, y.get()), Error);
+  EXPECT_THROW(matmul_half(stream.get(), TensorType::BF16, halves, 16, 1, nullptr, 16, y.get()), Error);
 }
 
 // Row gathers decode with the reference's arithmetic (weight_blocks.h on both sides), so they are exact: the
