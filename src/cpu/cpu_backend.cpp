@@ -30,9 +30,7 @@ class GeluTable {
     for (uint32_t h = 0; h < 65536; ++h) table_[h] = formats::f16_to_f32(gelu_table_entry(uint16_t(h)));
   }
   float operator()(float x) const {
-    if (x <= -kGeluSaturation) return 0.0f;
-    if (x >= kGeluSaturation) return x;
-    return table_[formats::f32_to_f16(x)];
+    return gelu_with_table(x, [this](uint16_t code) { return table_[code]; });
   }
 
  private:

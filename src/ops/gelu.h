@@ -21,4 +21,18 @@ inline uint16_t gelu_table_entry(uint16_t code) {
   return formats::f32_to_f16(0.5f * x * (1.0f + std::tanh(kSqrt2OverPi * x * (1.0f + 0.044715f * x * x))));
 }
 
+// gelu as every backend computes it: saturated at or beyond kGeluSaturation, else the table's entry for the f16
+// rounding of x. entry_of(code) gives the entry as a float (a precomputed table, or gelu_table_entry).
+template <typename EntryOf>
+float gelu_with_table(float x, const EntryOf& entry_of) {
+  if (x <= -kGeluSaturation) return 0.0f;
+  if (x >= kGeluSaturation) return x;
+  return entry_of(formats::f32_to_f16(x));
+}
+
+// The same without a table: each entry computed when asked (for checks, not for kernels).
+inline float gelu_looked_up(float x) {
+  return gelu_with_table(x, [](uint16_t code) { return formats::f16_to_f32(gelu_table_entry(code)); });
+}
+
 }  // namespace sparrow

@@ -26,6 +26,10 @@ struct LockstepRecord {
   double max_abs_diff = 0.0;
   double max_abs_reference = 0.0;
   bool mismatched_nan = false;  // one side NaN where the other is not
+  // Outputs whose difference an input's rounding step explains (a gelu table step, below), and the largest
+  // difference before that allowance; max_abs_diff is what is left after it.
+  int64_t n_excused = 0;
+  double max_abs_diff_raw = 0.0;
   double relative() const { return max_abs_reference > 0 ? max_abs_diff / max_abs_reference : max_abs_diff; }
 };
 
@@ -63,8 +67,12 @@ class Lockstep {
   void remember(const void* test, const void* reference, size_t bytes);
   void forget(const void* test);
   // Compares n floats at test (device) and its reference, records the difference, then copies the reference's
-  // values over the test's.
-  void compare_and_force(const std::string& op, float* test, size_t n);
+  // values over the test's. allowance (n values, or empty): per output, a difference that is not the op's
+  // error and is subtracted before the difference is recorded.
+  void compare_and_force(const std::string& op, float* test, size_t n, const std::vector<double>& allowance = {});
+  // Records the difference of two host copies of one output (test, reference) with that allowance.
+  void record(const std::string& op, const std::vector<float>& test, const std::vector<float>& reference,
+              const std::vector<double>& allowance = {});
   // The same for a byte buffer (encoded KV): the difference is the fraction of bytes that differ.
   void compare_and_force_bytes(const std::string& op, void* test, size_t n);
 
