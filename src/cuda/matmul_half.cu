@@ -1,7 +1,7 @@
 // The f16 / bf16 prefill GEMM (matmul_half.h).
 //
-// Launch: grid (ceil(n_out / 128), ceil(n_tokens / 64)), 256 threads (8 warps). A CTA computes a tile of 128
-// output rows x 64 tokens, walking n_in in steps of kTileK = 64 elements. Per step, the CTA's threads copy the
+// Launch: grid (ceil(n_out / 128), ceil(n_tokens / 64)), 256 threads (8 warps), the tile of mma_tile.cuh: a CTA
+// computes 128 output rows x 64 tokens, walking n_in in steps of kTileK = 64 elements. Per step, the CTA's threads copy the
 // step's 128 weight rows and 64 token rows into shared memory (16-byte pieces; rows past n_out, tokens past
 // n_tokens and elements past n_in as zeros), and the pieces of the next step are loaded into registers while this
 // step is computed. Warp w owns rows 32 (w % 4) .. + 32 and tokens 32 (w / 4) .. + 32 of the tile: 2 x 4 mma
@@ -23,24 +23,20 @@
 #include <string>
 
 #include "cuda/cuda_check.h"
+#include "cuda/mma_tile.cuh"
 #include "util/error.h"
 
 namespace sparrow::cuda {
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kTileRows = 128, kTileTokens = 64, kTileK = 64;
-constexpr int kWarpsAlongRows = 4, kWarpsAlongTokens = 2;
-constexpr int kThreads = kWarpsAlongRows * kWarpsAlongTokens * kWarp;
-constexpr int kWarpRows = kTileRows / kWarpsAlongRows;        // 32: two m16 tiles
-constexpr int kWarpTokens = kTileTokens / kWarpsAlongTokens;  // 32: four n8 tiles
-constexpr int kRowTiles = kWarpRows / 16, kTokenTiles = kWarpTokens / 8;
-constexpr int kStride = kTileK + 8;         // halves per staged row
-constexpr int kPiece = 8;                   // halves per 16-byte piece
+using namespace mma_tile;
+
+constexpr int kTileK = 64;
+constexpr int kStride = kTileK + 8;  // halves per staged row
+constexpr int kPiece = 8;            // halves per 16-byte piece
 constexpr int kPiecesPerRow = kTileK / kPiece;
 constexpr int kWeightPieces = kTileRows * kPiecesPerRow / kThreads;  // per thread and step: 4
 constexpr int kTokenPieces = kTileTokens * kPiecesPerRow / kThreads;  // 2
-constexpr int kMaxTokenTiles = 65535;                                  // gridDim.y
 static_assert(kWeightPieces * kThreads == kTileRows * kPiecesPerRow, "the weight pieces split evenly");
 static_assert(kTokenPieces * kThreads == kTileTokens * kPiecesPerRow, "the token pieces split evenly");
 static_assert((kStride * 2) % 16 == 0, "16-byte aligned staged rows");
@@ -128,30 +124,22 @@ __global__ void __launch_bounds__(kThreads, 2)
                     int n_tokens, float* __restrict__ y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
   __shared__ HalfTile tile;
-  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int g = lane / 4, q = lane % 4;
-  const int warp_row = (warp % kWarpsAlongRows) * kWarpRows, warp_token = (warp / kWarpsAlongRows) * kWarpTokens;
-  const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
-  const int token0 = int(blockIdx.y) * kTileTokens;
+  const WarpPlace place = warp_place();
+  const int g = place.g, q = place.q;
   const bool w_aligned = reinterpret_cast<uintptr_t>(w) % 16 == 0;
   const bool x_aligned = reinterpret_cast<uintptr_t>(x) % 16 == 0;
 
-  float acc[kRowTiles][kTokenTiles][4];
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int n = 0; n < kTokenTiles; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
+  float acc[kRowTiles][kTokenTiles][4] = {};
 
   StepPieces pieces;
-  load_step(pieces, w, n_out, x, n_tokens, n_in, row0, token0, 0, w_aligned, x_aligned);
+  load_step(pieces, w, n_out, x, n_tokens, n_in, place.row0, place.token0, 0, w_aligned, x_aligned);
   for (int k0 = 0; k0 < n_in; k0 += kTileK) {
     __syncthreads();  // every warp is done with the previous step's tile
     store_step(tile, pieces);
     __syncthreads();  // the tile is complete
     if (k0 + kTileK < n_in) {  // the next step's loads are in flight while this one is computed
-      load_step(pieces, w, n_out, x, n_tokens, n_in, row0, token0, k0 + kTileK, w_aligned, x_aligned);
+      load_step(pieces, w, n_out, x, n_tokens, n_in, place.row0, place.token0, k0 + kTileK, w_aligned,
+                x_aligned);
     }
     const int n_k16 = (min(kTileK, n_in - k0) + 15) / 16;  // the last may hold 8 staged zeros
     for (int s = 0; s < n_k16; ++s) {
@@ -159,13 +147,13 @@ __global__ void __launch_bounds__(kThreads, 2)
       uint32_t b[kTokenTiles][2];
 #pragma unroll
       for (int n = 0; n < kTokenTiles; ++n) {
-        const uint16_t* p = &tile.x[warp_token + 8 * n + g][kk];
+        const uint16_t* p = &tile.x[place.warp_token + 8 * n + g][kk];
         b[n][0] = load_word(p);
         b[n][1] = load_word(p + 8);
       }
 #pragma unroll
       for (int m = 0; m < kRowTiles; ++m) {
-        const uint16_t* p = &tile.w[warp_row + 16 * m + g][kk];
+        const uint16_t* p = &tile.w[place.warp_row + 16 * m + g][kk];
         const uint32_t a[4] = {load_word(p), load_word(p + 8 * kStride), load_word(p + 8),
                                load_word(p + 8 * kStride + 8)};
 #pragma unroll
@@ -179,44 +167,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + warp_row + 16 * m + g + 8 * h;
-#pragma unroll
-      for (int n = 0; n < kTokenTiles; ++n) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int token = token0 + warp_token + 8 * n + 2 * q + j;
-          if (row < n_out && token < n_tokens) y[int64_t(token) * n_out + row] = acc[m][n][2 * h + j];
-        }
-      }
-    }
-  }
+  store_outputs(acc, place, n_out, n_tokens, y);
 #endif
-}
-
-// Throws unless the current device and the kernel's binary are sm_80 or newer (mma.sync on 16-bit floats).
-template <bool kBf16>
-void require_sm80() {
-  int device = 0, major = 0;
-  SPARROW_CUDA_CHECK(cudaGetDevice(&device));
-  SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  cudaFuncAttributes attributes{};
-  SPARROW_CUDA_CHECK(cudaFuncGetAttributes(&attributes, half_mma_kernel<kBf16>));
-  if (major < 8 || attributes.binaryVersion < 80) {
-    throw Error("cuda::matmul_half: needs sm_80 or newer (device compute capability " + std::to_string(major) +
-                ".x, kernel built for sm_" + std::to_string(attributes.binaryVersion) + ")");
-  }
 }
 
 template <bool kBf16>
 void launch(cudaStream_t stream, const uint16_t* w, int64_t n_in, int64_t n_out, const uint16_t* x,
             int64_t n_tokens, float* y) {
-  require_sm80<kBf16>();
-  const dim3 grid(unsigned((n_out + kTileRows - 1) / kTileRows), unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
-  half_mma_kernel<kBf16><<<grid, kThreads, 0, stream>>>(w, int(n_in), int(n_out), x, int(n_tokens), y);
+  require_sm80(reinterpret_cast<const void*>(half_mma_kernel<kBf16>), "cuda::matmul_half");
+  half_mma_kernel<kBf16><<<grid(n_out, n_tokens), kThreads, 0, stream>>>(w, int(n_in), int(n_out), x, int(n_tokens), y);
   SPARROW_CUDA_CHECK_LAUNCH();
 }
 

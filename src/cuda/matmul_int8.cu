@@ -1,9 +1,9 @@
 // Products on 8-bit codes (matmul_int8.h) for the block weight types of formats/weight_int8.h: the decode GEMV
 // (below, "Decode") and the tensor-core prefill GEMM.
 //
-// GEMM launch: grid (ceil(n_out / 128), ceil(n_tokens / 64)), 256 threads (8 warps). A CTA computes a tile of 128
-// output rows x 64 tokens, walking n_in in steps of kTileK = 128 elements (the last step may be shorter: n_in is
-// only a multiple of the block, 32 for the legacy types). Per step:
+// GEMM launch: grid (ceil(n_out / 128), ceil(n_tokens / 64)), 256 threads (8 warps), the tile of mma_tile.cuh: a
+// CTA computes 128 output rows x 64 tokens, walking n_in in steps of kTileK = 128 elements (the last step may be
+// shorter: n_in is only a multiple of the block, 32 for the legacy types). Per step:
 //  - staging: each thread decodes whole weight sub-blocks straight from global memory through
 //    WeightInt8<T>::decode_sub_block into shared memory (w_codes[row][k], int8, plus w_scale / w_min per
 //    sub-block and row); the activations' codes are copied with 16-byte loads (x_codes[token][k]), and each
@@ -46,6 +46,7 @@
 #include "cuda/dependent_launch.cuh"
 #include "cuda/gelu.cuh"
 #include "cuda/last_cta.cuh"
+#include "cuda/mma_tile.cuh"
 #include "cuda/quantize_units.cuh"
 #include "cuda/row_math.cuh"
 #include "cuda/stage_bytes.cuh"
@@ -59,17 +60,10 @@ namespace {
 using formats::SubBlockScale;
 using formats::WeightInt8;
 
-constexpr int kWarp = 32;
-constexpr int kTileRows = 128;   // output rows per CTA
-constexpr int kTileTokens = 64;  // tokens per CTA
-constexpr int kTileK = 128;      // elements of n_in per staging step: whole sub-blocks of 16 or 32
-constexpr int kWarpsAlongRows = 4, kWarpsAlongTokens = 2;
-constexpr int kThreads = kWarpsAlongRows * kWarpsAlongTokens * kWarp;
-constexpr int kWarpRows = kTileRows / kWarpsAlongRows;        // 32: two m16 tiles
-constexpr int kWarpTokens = kTileTokens / kWarpsAlongTokens;  // 32: four n8 tiles
-constexpr int kRowTiles = kWarpRows / 16, kTokenTiles = kWarpTokens / 8;
+using namespace mma_tile;
+
+constexpr int kTileK = 128;               // elements of n_in per staging step: whole sub-blocks of 16 or 32
 constexpr int kCodeStride = kTileK + 16;  // bytes per staged row of codes (see the bank note above)
-constexpr int kMaxTokenTiles = 65535;     // gridDim.y
 
 constexpr int kFloatBiasBits = 0x4B400000;  // the float 1.5 * 2^23
 constexpr float kFloatBias = 12582912.0f;
@@ -238,19 +232,12 @@ __global__ void __launch_bounds__(kThreads, 2)
   static_assert(kSub == 16 || kSub == 32, "m16n8k16 or m16n8k32");
   static_assert(kSub * W::kMaxAbsCode * 128 < (1 << 22), "dot products stay exact in the float-bias conversion");
   __shared__ MmaTile<kSub> tile;
-  const int warp = int(threadIdx.x) / kWarp, lane = int(threadIdx.x) % kWarp;
-  const int g = lane / 4, q = lane % 4;
-  const int warp_row = (warp % kWarpsAlongRows) * kWarpRows, warp_token = (warp / kWarpsAlongRows) * kWarpTokens;
-  const int64_t row0 = int64_t(blockIdx.x) * kTileRows;
-  const int token0 = int(blockIdx.y) * kTileTokens;
+  const WarpPlace place = warp_place();
+  const int g = place.g, q = place.q, warp_row = place.warp_row, warp_token = place.warp_token;
+  const int64_t row0 = place.row0;
+  const int token0 = place.token0;
 
-  float acc[kRowTiles][kTokenTiles][4];
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m)
-#pragma unroll
-    for (int n = 0; n < kTokenTiles; ++n)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.0f;
+  float acc[kRowTiles][kTokenTiles][4] = {};
 
   for (int k0 = 0; k0 < n_in; k0 += kTileK) {
     const int n_sub = min(kTileK, n_in - k0) / kSub;  // the same for the whole CTA
@@ -319,21 +306,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
 
-#pragma unroll
-  for (int m = 0; m < kRowTiles; ++m) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t row = row0 + warp_row + 16 * m + g + 8 * h;
-#pragma unroll
-      for (int n = 0; n < kTokenTiles; ++n) {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const int token = token0 + warp_token + 8 * n + 2 * q + j;
-          if (row < n_out && token < n_tokens) y[int64_t(token) * n_out + row] = acc[m][n][2 * h + j];
-        }
-      }
-    }
-  }
+  store_outputs(acc, place, n_out, n_tokens, y);
 #endif
 }
 
@@ -755,21 +728,6 @@ int gemv_resident_ctas(int shared_bytes) {
   return n;
 }
 
-// Throws unless the current device and the kernel's binary are sm_80 or newer (mma.sync on 8-bit integers in
-// these shapes): a build for older architectures compiles the kernel empty.
-template <TensorType T>
-void require_sm80() {
-  int device = 0, major = 0;
-  SPARROW_CUDA_CHECK(cudaGetDevice(&device));
-  SPARROW_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  cudaFuncAttributes attributes{};
-  SPARROW_CUDA_CHECK(cudaFuncGetAttributes(&attributes, int8_mma_kernel<T>));
-  if (major < 8 || attributes.binaryVersion < 80) {
-    throw Error("cuda::matmul_int8: prefill needs sm_80 or newer (device compute capability " + std::to_string(major) +
-                ".x, kernel built for sm_" + std::to_string(attributes.binaryVersion) + ")");
-  }
-}
-
 // Bytes per row of w; throws unless w, n_tokens and y fit matmul_int8 (matmul_int8.h).
 template <TensorType T>
 size_t checked_row_bytes(const WeightMatrix& w, int64_t n_tokens, const float* y) {
@@ -893,13 +851,11 @@ void launch(MatmulContext& ctx, std::span<const MatmulTarget> targets, const Gem
   if (n_tokens <= kMaxGemvTokens) {
     return launch_gemv<T, false>(ctx, matrices, row_bytes, n_in, activations, int(n_tokens));
   }
-  require_sm80<T>();
+  require_sm80(reinterpret_cast<const void*>(int8_mma_kernel<T>), "cuda::matmul_int8");
   for (const MatmulTarget& t : targets) {
-    const dim3 grid(unsigned((t.w.n_out + kTileRows - 1) / kTileRows),
-                    unsigned((n_tokens + kTileTokens - 1) / kTileTokens));
-    int8_mma_kernel<T><<<grid, kThreads, 0, ctx.stream()>>>(static_cast<const uint8_t*>(t.w.data), row_bytes, n_in,
-                                                             int(t.w.n_out), activations.q, activations.scale,
-                                                             activations.sum32, int(n_tokens), t.y);
+    int8_mma_kernel<T><<<grid(t.w.n_out, n_tokens), kThreads, 0, ctx.stream()>>>(
+        static_cast<const uint8_t*>(t.w.data), row_bytes, n_in, int(t.w.n_out), activations.q, activations.scale,
+        activations.sum32, int(n_tokens), t.y);
     SPARROW_CUDA_CHECK_LAUNCH();
   }
 }
