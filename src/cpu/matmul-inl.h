@@ -1035,19 +1035,13 @@ HWY_INLINE void DotGroupQ8_0x8Avx2(const fmt::BlockQ8_0x8* group, int64_t nb, co
 }
 
 // Q5_0 rows interleaved eight at a time (formats::BlockQ5_0x8) times one token, on AVX2: each 32-byte load holds
-// quants 4q..4q + 3 (low nibbles) and 16 + 4q.. (high nibbles) of every row, their fifth bits picked out of the
-// rows' qh words byte by byte; vpmaddubsw of the unsigned 5-bit values (at most 4 * 2 * 31 * 127 per half-block
-// sum in int16) and vpmaddwd into int32, weighed per block by d * d_x; the quants' offset of -16 is the block's
-// -16 * d_w * (d_x * sum of x) from QuantizedTokens::scaled_sum32.
+// quants 4q..4q + 3 (low nibbles) and 16 + 4q.. (high nibbles) of every row, and the rows' regrouped qh words hold
+// their fifth bits at bit q (low) and 4 + q (high) of the same byte: one 16-bit shift each puts them at bit 4
+// (no bit of the neighbouring byte reaches it for shifts up to 4). vpmaddubsw of the unsigned 5-bit values (at
+// most 4 * 2 * 31 * 127 per half-block sum in int16) and vpmaddwd into int32, weighed per block by d * d_x; the
+// quants' offset of -16 is the block's -16 * d_w * (d_x * sum of x) from QuantizedTokens::scaled_sum32.
 HWY_INLINE void DotGroupQ5_0x8Avx2(const fmt::BlockQ5_0x8* group, int64_t nb, const TokenQ& x, float* y) {
   const __m256i ones = _mm256_set1_epi16(1), nibble = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
-  // vpshufb indices copying byte k of each 32-bit lane into all four of its bytes.
-  const auto spread = [](int k) { return _mm256_add_epi8(_mm256_setr_epi32(0, 0x04040404, 0x08080808, 0x0C0C0C0C, 0,
-                                                                           0x04040404, 0x08080808, 0x0C0C0C0C),
-                                                         _mm256_set1_epi8(char(k))); };
-  const __m256i qh_byte[4] = {spread(0), spread(1), spread(2), spread(3)};
-  // Byte i of a lane tests bit i (even quads) or 4 + i (odd quads) of the qh byte it holds.
-  const __m256i bit[2] = {_mm256_set1_epi32(0x08040201), _mm256_set1_epi32(int(0x80402010u))};
   __m256 total = _mm256_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     const fmt::BlockQ5_0x8& blk = group[b];
@@ -1058,11 +1052,10 @@ HWY_INLINE void DotGroupQ5_0x8Avx2(const fmt::BlockQ5_0x8* group, int64_t nb, co
     __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
     for (int q = 0; q < 4; ++q) {
       const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[q]));
-      const __m256i& m = bit[q % 2];
-      const __m256i fifth_lo = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, qh_byte[q / 2]), m), m);
-      const __m256i fifth_hi = _mm256_cmpeq_epi8(_mm256_and_si256(_mm256_shuffle_epi8(qh, qh_byte[2 + q / 2]), m), m);
-      const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, nibble), _mm256_and_si256(fifth_lo, sixteen));
-      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), _mm256_and_si256(fifth_hi, sixteen));
+      const __m256i fifth_lo = _mm256_and_si256(_mm256_sll_epi16(qh, _mm_cvtsi32_si128(4 - q)), sixteen);
+      const __m256i fifth_hi = _mm256_and_si256(_mm256_srl_epi16(qh, _mm_cvtsi32_si128(q)), sixteen);
+      const __m256i lo = _mm256_or_si256(_mm256_and_si256(v, nibble), fifth_lo);
+      const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(v, 4), nibble), fifth_hi);
       sum_lo = _mm256_add_epi16(sum_lo, _mm256_maddubs_epi16(lo, BroadcastQuad(xb + 4 * q)));
       sum_hi = _mm256_add_epi16(sum_hi, _mm256_maddubs_epi16(hi, BroadcastQuad(xb + 16 + 4 * q)));
     }

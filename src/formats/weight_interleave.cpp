@@ -21,6 +21,41 @@ void row_quads(Piece& piece, int r, size_t group_offset, size_t block_offset, in
   for (int q = 0; q < n; ++q) piece(group_offset + 4 * (kInterleavedRows * q + r), block_offset + 4 * q, 4);
 }
 
+// ... and a 4-byte word of a row kept in another bit order (to_group; to_block undoes it), side by side.
+struct WordBits {
+  uint32_t (*to_group)(uint32_t);
+  uint32_t (*to_block)(uint32_t);
+};
+
+template <class Piece>
+void row_word(Piece& piece, int r, size_t group_offset, size_t block_offset, const WordBits& bits) {
+  piece(group_offset + 4 * r, block_offset, 4, &bits);
+}
+
+// Q5_0's fifth bits (bit j: element j) in the order of BlockQ5_0x8::qh: byte i, bit q holds element 4q + i and bit
+// 4 + q element 16 + 4q + i.
+constexpr int q5_0_group_bit(int j) { return j < 16 ? 8 * (j % 4) + j / 4 : 8 * (j % 4) + 4 + (j - 16) / 4; }
+
+uint32_t q5_0_qh_to_group(uint32_t word) {
+  uint32_t out = 0;
+  for (int j = 0; j < 32; ++j) out |= ((word >> j) & 1u) << q5_0_group_bit(j);
+  return out;
+}
+
+uint32_t q5_0_qh_to_block(uint32_t word) {
+  uint32_t out = 0;
+  for (int j = 0; j < 32; ++j) out |= ((word >> q5_0_group_bit(j)) & 1u) << j;
+  return out;
+}
+
+uint32_t load_word(const uint8_t* p) {  // little-endian, as the blocks store their words
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+void store_word(uint8_t* p, uint32_t word) {
+  for (int i = 0; i < 4; ++i) p[i] = uint8_t(word >> (8 * i));
+}
+
 // Per type: the block pair and the map both directions of the rearrangement follow, every piece of row r.
 template <TensorType kType>
 struct Interleaving;
@@ -70,7 +105,7 @@ struct Interleaving<TensorType::Q5_0> {
   template <class Piece>
   static void for_each_piece(int r, Piece piece) {
     row_field(piece, r, offsetof(Group, d), offsetof(Block, d), sizeof(f16_bits));
-    row_field(piece, r, offsetof(Group, qh), offsetof(Block, qh), 4);
+    row_word(piece, r, offsetof(Group, qh), offsetof(Block, qh), WordBits{q5_0_qh_to_group, q5_0_qh_to_block});
     row_quads(piece, r, offsetof(Group, qs), offsetof(Block, qs), 4);
   }
 };
@@ -121,7 +156,10 @@ void interleave_rows(TensorType type, const uint8_t* rows, size_t row_bytes, int
       for (int64_t b = 0; b < n_blocks; ++b) {
         const uint8_t* block = rows + size_t(r) * row_bytes + size_t(b) * sizeof(typename L::Block);
         auto* group = static_cast<uint8_t*>(out) + size_t(b) * sizeof(typename L::Group);
-        L::for_each_piece(r, [&](size_t at, size_t from, size_t n) { std::memcpy(group + at, block + from, n); });
+        L::for_each_piece(r, [&](size_t at, size_t from, size_t n, const WordBits* bits = nullptr) {
+          std::memcpy(group + at, block + from, n);
+          if (bits) store_word(group + at, bits->to_group(load_word(group + at)));
+        });
       }
     }
   });
@@ -133,7 +171,10 @@ void deinterleave_row(TensorType type, const void* group, int64_t n_blocks, int 
     for (int64_t b = 0; b < n_blocks; ++b) {
       const auto* from_group = static_cast<const uint8_t*>(group) + size_t(b) * sizeof(typename L::Group);
       uint8_t* block = out + size_t(b) * sizeof(typename L::Block);
-      L::for_each_piece(r, [&](size_t from, size_t at, size_t n) { std::memcpy(block + at, from_group + from, n); });
+      L::for_each_piece(r, [&](size_t from, size_t at, size_t n, const WordBits* bits = nullptr) {
+        std::memcpy(block + at, from_group + from, n);
+        if (bits) store_word(block + at, bits->to_block(load_word(block + at)));
+      });
     }
   });
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Weight rows interleaved eight at a time: the same bytes as eight rows' blocks, rearranged so that one 32-byte
-// load holds four quant bytes of each of the eight rows. A one-token GEMV then broadcasts each quad of
+// load holds four quant bytes of each of the eight rows (Q5_0's fifth bits also in another order within their
+// word). A one-token GEMV then broadcasts each quad of
 // activations once for eight rows, applies the eight rows' block scales as one vector, and ends with the eight
 // dot products in the lanes of one register: per block about half the instructions of a row at a time,
 // whose per-block scale unpacking was as much work as the products.
@@ -43,7 +44,8 @@ static_assert(sizeof(BlockQ8_0x8) == kInterleavedRows * sizeof(BlockQ8_0), "a re
 // Q5_0: block b of rows 8g .. 8g + 7.
 struct BlockQ5_0x8 {
   f16_bits d[kInterleavedRows];             // row r's d
-  uint32_t qh[kInterleavedRows];            // row r's fifth bits (bit j: element j), little-endian
+  uint32_t qh[kInterleavedRows];            // row r's fifth bits, regrouped: byte i, bit q is element 4q + i and
+                                            // bit 4 + q element 16 + 4q + i (a shift and a mask give quad q's)
   uint8_t qs[4][kInterleavedRows][4];       // [quad q][r]: row r's qs[4q .. 4q + 3] (elements 4q.. and 16 + 4q..)
 };
 static_assert(sizeof(BlockQ5_0x8) == kInterleavedRows * sizeof(BlockQ5_0), "a rearrangement, not a new format");

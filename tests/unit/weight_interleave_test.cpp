@@ -103,7 +103,16 @@ TEST(WeightInterleave, EveryByteOfEightQ5_0RowsLandsWhereTheLayoutSays) {
     for (int64_t b = 0; b < n_blocks; ++b) {
       const BlockQ5_0 row = row_block<BlockQ5_0>(bytes, n_blocks, r, b);
       EXPECT_EQ(groups[b].d[r], row.d);
-      EXPECT_EQ(std::memcmp(&groups[b].qh[r], row.qh, 4), 0);
+      // The fifth bit of element 4q + i at bit q of byte i, of element 16 + 4q + i at bit 4 + q.
+      uint32_t row_qh = 0;
+      std::memcpy(&row_qh, row.qh, 4);
+      const auto* group_qh = reinterpret_cast<const uint8_t*>(&groups[b].qh[r]);
+      for (int q = 0; q < 4; ++q) {
+        for (int i = 0; i < 4; ++i) {
+          ASSERT_EQ((group_qh[i] >> q) & 1, (row_qh >> (4 * q + i)) & 1) << r << " " << b << " " << q << " " << i;
+          ASSERT_EQ((group_qh[i] >> (4 + q)) & 1, (row_qh >> (16 + 4 * q + i)) & 1) << r << " " << b;
+        }
+      }
       for (int q = 0; q < 4; ++q) {
         for (int i = 0; i < 4; ++i) ASSERT_EQ(groups[b].qs[q][r][i], row.qs[4 * q + i]) << r << " " << b;
       }
