@@ -947,11 +947,54 @@ HWY_INLINE __m256i WidenByteToPair(int k) {
   return _mm256_setr_epi32(lane(0), lane(1), lane(2), lane(3), lane(0), lane(1), lane(2), lane(3));
 }
 
-template <class Group>
-HWY_INLINE void DotGroupQ45Kx8Avx2(const Group* group, int64_t nb, const TokenQ& x, float* y) {
+// Bit kBit of each byte moved to bit 4 (a fifth bit's place) by one 16-bit shift: for shifts of up to 4 no bit
+// of the neighbouring byte reaches bit 4, and the caller masks the rest.
+template <int kBit>
+HWY_INLINE __m256i MoveBitTo4(__m256i h) {
+  if constexpr (kBit < 4) {
+    return _mm256_slli_epi16(h, 4 - kBit);
+  } else if constexpr (kBit > 4) {
+    return _mm256_srli_epi16(h, kBit - 4);
+  } else {
+    return h;
+  }
+}
+
+// Chunk c of a Q4_K/Q5_K super-block of eight interleaved rows (sub-blocks 2c in the low nibbles, 2c + 1 in the
+// high ones) against the token's 64 activations at xb + 64c, added to isum; sc: the rows' scales of the chunk's
+// half. A template over c, so that Q5_K's fifth bits (bits 2c and 2c + 1 of qh[l] for elements 64c + l and
+// 64c + 32 + l) take one constant shift each.
+template <int kChunk, class Group>
+HWY_INLINE __m256i AddChunkQ45Kx8(const Group& blk, const int8_t* xb, const __m256i& sc, const __m256i (&widen)[4],
+                                  __m256i isum) {
   constexpr bool kFive = std::is_same_v<Group, fmt::BlockQ5_Kx8>;
   constexpr int kRun = kFive ? 4 : 8;  // quads whose pair sums add up in int16
-  const __m256i nibble = _mm256_set1_epi8(0x0F), low6 = _mm256_set1_epi32(0x3F3F3F3F), sixteen = _mm256_set1_epi8(16);
+  const __m256i nibble = _mm256_set1_epi8(0x0F), sixteen = _mm256_set1_epi8(16);
+  const int8_t* xc = xb + 64 * kChunk;
+  const __m256i scale_lo = _mm256_shuffle_epi8(sc, widen[2 * (kChunk % 2)]);
+  const __m256i scale_hi = _mm256_shuffle_epi8(sc, widen[2 * (kChunk % 2) + 1]);
+  for (int q0 = 0; q0 < 8; q0 += kRun) {
+    __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
+    for (int q = q0; q < q0 + kRun; ++q) {
+      const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[kChunk][q]));
+      __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
+      if constexpr (kFive) {
+        const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh[q]));
+        lo = _mm256_or_si256(lo, _mm256_and_si256(MoveBitTo4<2 * kChunk>(h), sixteen));
+        hi = _mm256_or_si256(hi, _mm256_and_si256(MoveBitTo4<2 * kChunk + 1>(h), sixteen));
+      }
+      sum_lo = _mm256_add_epi16(sum_lo, _mm256_maddubs_epi16(lo, BroadcastQuad(xc + 4 * q)));
+      sum_hi = _mm256_add_epi16(sum_hi, _mm256_maddubs_epi16(hi, BroadcastQuad(xc + 32 + 4 * q)));
+    }
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_lo, scale_lo));
+    isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_hi, scale_hi));
+  }
+  return isum;
+}
+
+template <class Group>
+HWY_INLINE void DotGroupQ45Kx8Avx2(const Group* group, int64_t nb, const TokenQ& x, float* y) {
+  const __m256i low6 = _mm256_set1_epi32(0x3F3F3F3F);
   const __m256i low4 = _mm256_set1_epi32(0x0F0F0F0F), bits45 = _mm256_set1_epi32(0x30303030);
   const __m256i widen[4] = {WidenByteToPair(0), WidenByteToPair(1), WidenByteToPair(2), WidenByteToPair(3)};
   __m256 total = _mm256_setzero_ps();
@@ -979,32 +1022,12 @@ HWY_INLINE void DotGroupQ45Kx8Avx2(const Group* group, int64_t nb, const TokenQ&
     }
     total = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(min_sum), dmin, total);
 
+    const int8_t* xb = x.q8 + b * fmt::QK_K;
     __m256i isum = _mm256_setzero_si256();
-    HWY_UNROLL(1)
-    for (int chunk = 0; chunk < 4; ++chunk) {  // sub-blocks 2c (low nibbles) and 2c + 1 (high nibbles)
-      const int8_t* xc = x.q8 + b * fmt::QK_K + 64 * chunk;
-      const __m256i& sc = scales[chunk / 2];
-      const __m256i scale_lo = _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2)]);
-      const __m256i scale_hi = _mm256_shuffle_epi8(sc, widen[2 * (chunk % 2) + 1]);
-      // Q5_K: bits 2c and 2c + 1 of qh[l] are the fifth bits of elements 64c + l and 64c + 32 + l.
-      const __m128i shift_lo = _mm_cvtsi32_si128(2 * chunk), shift_hi = _mm_cvtsi32_si128(2 * chunk + 1);
-      for (int q0 = 0; q0 < 8; q0 += kRun) {
-        __m256i sum_lo = _mm256_setzero_si256(), sum_hi = _mm256_setzero_si256();
-        for (int q = q0; q < q0 + kRun; ++q) {
-          const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qs[chunk][q]));
-          __m256i lo = _mm256_and_si256(v, nibble), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), nibble);
-          if constexpr (kFive) {
-            const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk.qh[q]));
-            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(h, shift_lo), 4), sixteen));
-            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srl_epi16(h, shift_hi), 4), sixteen));
-          }
-          sum_lo = _mm256_add_epi16(sum_lo, _mm256_maddubs_epi16(lo, BroadcastQuad(xc + 4 * q)));
-          sum_hi = _mm256_add_epi16(sum_hi, _mm256_maddubs_epi16(hi, BroadcastQuad(xc + 32 + 4 * q)));
-        }
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_lo, scale_lo));
-        isum = _mm256_add_epi32(isum, _mm256_madd_epi16(sum_hi, scale_hi));
-      }
-    }
+    isum = AddChunkQ45Kx8<0>(blk, xb, scales[0], widen, isum);
+    isum = AddChunkQ45Kx8<1>(blk, xb, scales[0], widen, isum);
+    isum = AddChunkQ45Kx8<2>(blk, xb, scales[1], widen, isum);
+    isum = AddChunkQ45Kx8<3>(blk, xb, scales[1], widen, isum);
     total = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), d, total);
   }
   _mm256_storeu_ps(y, total);
