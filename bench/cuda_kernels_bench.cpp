@@ -5,9 +5,13 @@
 // runs inside a decode step: calls back to back (so that one launch's latency hides behind the previous kernel,
 // as in a replayed graph), each on its own copy of the data, with enough copies that together they exceed the L2
 // cache four times over (a decode step reads every matrix once, from memory, never from L2).
-//   sparrow_cuda_bench [--json FILE] [--quick] [--only gemv|attention]
-// Prints a markdown table; --json writes the rows. --quick: fewer shapes and contexts (a pipeline check).
-// --only: one of the two kinds of kernel.
+// Beside them, the prefill GEMM of f16 / bf16 weights (matmul_half.h, which adds its tensor-core partial sums in
+// rounded fp32) against cuBLAS's GemmEx on the same operands (fp32 accumulation inside the tensor core), as
+// TFLOP/s: what the accuracy of matmul_half costs.
+//   sparrow_cuda_bench [--json FILE] [--quick] [--only gemv|attention|prefill]
+// Prints markdown tables; --json writes the rows. --quick: fewer shapes and contexts (a pipeline check).
+// --only: one kind of kernel.
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -26,6 +30,7 @@
 #include "cuda/device_info.h"
 #include "cuda/kv/kv_ops.h"
 #include "cuda/matmul.h"
+#include "cuda/matmul_half.h"
 #include "formats/kv/kv_codec.h"
 #include "gguf/tensor_types.h"
 #include "util/error.h"
@@ -38,7 +43,9 @@ struct Row {
   std::string kernel;  // "gemv q8_0 1536x6144", "attention tbq4 d512 ctx 131072"
   double microseconds = 0;
   double bytes = 0;
+  double flops = 0;  // prefill rows: 2 n_in n_out n_tokens
   double gb_per_s() const { return bytes / (microseconds * 1e-6) / 1e9; }
+  double tflop_per_s() const { return flops / (microseconds * 1e-6) / 1e12; }
 };
 
 // Device memory freed on scope exit.
@@ -134,6 +141,41 @@ Row gemv(cudaStream_t stream, TensorType type, const Shape& s) {
   return r;
 }
 
+// A prefill product of `type` (F16 or BF16) weights and n_tokens activations of the same type, by matmul_half
+// (cublas false) or by cuBLAS's GemmEx with fp32 accumulation (cublas true).
+Row prefill_gemm(cudaStream_t stream, TensorType type, const Shape& s, int64_t n_tokens, bool cublas) {
+  const size_t w_bytes = size_t(s.n_in * s.n_out) * 2, x_bytes = size_t(s.n_in * n_tokens) * 2;
+  DeviceBuffer w(w_bytes), x(x_bytes), y(size_t(s.n_out * n_tokens) * sizeof(float));
+  // Random 16-bit patterns with the exponent kept small: finite values of either type.
+  std::vector<uint16_t> host(std::max(w_bytes, x_bytes) / 2);
+  std::mt19937 rng(5);
+  for (auto& h : host) h = uint16_t(rng() & 0x37FF);
+  SPARROW_CUDA_CHECK(cudaMemcpy(w.p, host.data(), w_bytes, cudaMemcpyHostToDevice));
+  SPARROW_CUDA_CHECK(cudaMemcpy(x.p, host.data(), x_bytes, cudaMemcpyHostToDevice));
+  cublasHandle_t handle = nullptr;
+  if (cublas) {
+    SPARROW_CUBLAS_CHECK(cublasCreate(&handle));
+    SPARROW_CUBLAS_CHECK(cublasSetStream(handle, stream));
+  }
+  const cudaDataType_t element = type == TensorType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+  Row r{std::string(cublas ? "cuBLAS GemmEx " : "matmul_half ") + tensor_type_name(type) + " " +
+            std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + " x " + std::to_string(n_tokens) + " tokens (" +
+            s.what + ")",
+        0, double(w_bytes + x_bytes), 2.0 * double(s.n_in) * double(s.n_out) * double(n_tokens)};
+  r.microseconds = best_microseconds(stream, 10, 4, [&](int) {
+    if (cublas) {
+      const float alpha = 1.0f, beta = 0.0f;
+      SPARROW_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n_out), int(n_tokens), int(s.n_in),
+                                        &alpha, w.p, element, int(s.n_in), x.p, element, int(s.n_in), &beta, y.p,
+                                        CUDA_R_32F, int(s.n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    } else {
+      cuda::matmul_half(stream, type, w.as<uint16_t>(), s.n_in, s.n_out, x.as<uint16_t>(), n_tokens, y.as<float>());
+    }
+  });
+  if (handle) cublasDestroy(handle);
+  return r;
+}
+
 // One decode step's attention: one query token at the end of a full context of n_keys positions.
 Row decode_attention(cudaStream_t stream, formats::KvCodec codec, int head_dim, int n_heads, int n_kv_heads,
                      int64_t n_keys) {
@@ -197,9 +239,12 @@ int run(int argc, char** argv) {
     else if (std::strcmp(argv[i], "--quick") == 0) quick = true;
     else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) only = argv[++i];
     else throw Error(std::string("unknown argument ") + argv[i] +
-                     " (usage: sparrow_cuda_bench [--json FILE] [--quick] [--only gemv|attention])");
+                     " (usage: sparrow_cuda_bench [--json FILE] [--quick] [--only gemv|attention|prefill])");
   }
-  if (!only.empty() && only != "gemv" && only != "attention") throw Error("--only takes gemv or attention, not " + only);
+  if (!only.empty() && only != "gemv" && only != "attention" && only != "prefill") {
+    throw Error("--only takes gemv, attention or prefill, not " + only);
+  }
+  const auto wants = [&](const char* kind) { return only.empty() || only == kind; };
   const cuda::DeviceInfo device = cuda::device_info(0);
   cudaStream_t stream;
   SPARROW_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -214,17 +259,23 @@ int run(int argc, char** argv) {
                                {2560, 10240, "E4B ffn_up"}, {10240, 2560, "E4B ffn_down"},
                                {1536, 262144, "E2B output"}};
   if (quick) shapes.resize(2);
-  if (only != "attention") {
+  if (wants("gemv")) {
     for (TensorType type : {TensorType::F16, TensorType::Q8_0, TensorType::Q4_0, TensorType::Q4_K,
                             TensorType::Q5_K, TensorType::Q6_K})
       for (const Shape& s : shapes) rows.push_back(gemv(stream, type, s));
   }
   const std::vector<int64_t> contexts = quick ? std::vector<int64_t>{4096} : std::vector<int64_t>{4096, 32768, 131072};
-  if (only != "gemv") {
+  if (wants("attention")) {
     for (formats::KvCodec codec : {formats::KvCodec::F16, formats::KvCodec::Q8_0, formats::KvCodec::Q4_0,
                                    formats::KvCodec::TBQ4, formats::KvCodec::TBQ3, formats::KvCodec::TCQ3})
       for (int head_dim : {256, 512})
         for (int64_t n_keys : contexts) rows.push_back(decode_attention(stream, codec, head_dim, 8, 1, n_keys));
+  }
+  std::vector<Row> prefill;
+  if (wants("prefill")) {
+    for (TensorType type : {TensorType::F16, TensorType::BF16})
+      for (size_t i = 0; i < (quick ? size_t(1) : size_t(4)); ++i)
+        for (bool cublas : {false, true}) prefill.push_back(prefill_gemm(stream, type, shapes[i], 512, cublas));
   }
   SPARROW_CUDA_CHECK(cudaStreamDestroy(stream));
 
@@ -234,6 +285,10 @@ int run(int argc, char** argv) {
   for (const Row& r : rows)
     std::printf("| %s | %.1f | %.2f | %.0f | %.0f%% |\n", r.kernel.c_str(), r.microseconds, r.bytes / 1e6,
                 r.gb_per_s(), 100 * r.gb_per_s() / copy.gb_per_s());
+  if (!prefill.empty()) {
+    std::printf("\n| prefill GEMM | us | TFLOP/s |\n|---|---:|---:|\n");
+    for (const Row& r : prefill) std::printf("| %s | %.1f | %.1f |\n", r.kernel.c_str(), r.microseconds, r.tflop_per_s());
+  }
   if (!json_path.empty()) {
     nlohmann::ordered_json j;
     j["device"] = device.name;
@@ -241,6 +296,9 @@ int run(int argc, char** argv) {
     for (const Row& r : rows)
       j["rows"].push_back({{"kernel", r.kernel}, {"microseconds", r.microseconds}, {"bytes", r.bytes},
                            {"gb_per_s", r.gb_per_s()}, {"of_copy", r.gb_per_s() / copy.gb_per_s()}});
+    for (const Row& r : prefill)
+      j["prefill"].push_back({{"kernel", r.kernel}, {"microseconds", r.microseconds}, {"flops", r.flops},
+                              {"tflop_per_s", r.tflop_per_s()}});
     std::ofstream(json_path) << j.dump(2) << "\n";
   }
   return 0;
