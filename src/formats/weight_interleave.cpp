@@ -48,11 +48,7 @@ uint32_t q5_0_qh_to_block(uint32_t word) {
   return out;
 }
 
-uint32_t load_word(const uint8_t* p) {  // little-endian, as the blocks store their words
-  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
-}
-
-void store_word(uint8_t* p, uint32_t word) {
+void store_word(uint8_t* p, uint32_t word) {  // little-endian, as the blocks store their words (load_u32_le)
   for (int i = 0; i < 4; ++i) p[i] = uint8_t(word >> (8 * i));
 }
 
@@ -158,7 +154,7 @@ void interleave_rows(TensorType type, const uint8_t* rows, size_t row_bytes, int
         auto* group = static_cast<uint8_t*>(out) + size_t(b) * sizeof(typename L::Group);
         L::for_each_piece(r, [&](size_t at, size_t from, size_t n, const WordBits* bits = nullptr) {
           std::memcpy(group + at, block + from, n);
-          if (bits) store_word(group + at, bits->to_group(load_word(group + at)));
+          if (bits) store_word(group + at, bits->to_group(load_u32_le(group + at)));
         });
       }
     }
@@ -173,7 +169,7 @@ void deinterleave_row(TensorType type, const void* group, int64_t n_blocks, int 
       uint8_t* block = out + size_t(b) * sizeof(typename L::Block);
       L::for_each_piece(r, [&](size_t from, size_t at, size_t n, const WordBits* bits = nullptr) {
         std::memcpy(block + at, from_group + from, n);
-        if (bits) store_word(block + at, bits->to_block(load_word(block + at)));
+        if (bits) store_word(block + at, bits->to_block(load_u32_le(block + at)));
       });
     }
   });
