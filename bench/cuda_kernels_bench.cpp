@@ -61,6 +61,18 @@ struct DeviceBuffer {
   }
 };
 
+// A cuBLAS handle on a stream, destroyed on scope exit.
+struct CublasHandle {
+  cublasHandle_t h = nullptr;
+  explicit CublasHandle(cudaStream_t stream) {
+    SPARROW_CUBLAS_CHECK(cublasCreate(&h));
+    SPARROW_CUBLAS_CHECK(cublasSetStream(h, stream));
+  }
+  ~CublasHandle() { cublasDestroy(h); }
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+};
+
 // Copies of a kernel's data (of `bytes`) that together exceed four times the L2 cache; at most 64.
 int copies_beyond_l2(size_t bytes) {
   int device = 0, l2_bytes = 0;
@@ -142,8 +154,8 @@ Row gemv(cudaStream_t stream, TensorType type, const Shape& s) {
 }
 
 // A prefill product of `type` (F16 or BF16) weights and n_tokens activations of the same type, by matmul_half
-// (cublas false) or by cuBLAS's GemmEx with fp32 accumulation (cublas true).
-Row prefill_gemm(cudaStream_t stream, TensorType type, const Shape& s, int64_t n_tokens, bool cublas) {
+// (cublas null) or by cuBLAS's GemmEx with fp32 accumulation (on the handle's stream, which must be `stream`).
+Row prefill_gemm(cudaStream_t stream, const CublasHandle* cublas, TensorType type, const Shape& s, int64_t n_tokens) {
   const size_t w_bytes = size_t(s.n_in * s.n_out) * 2, x_bytes = size_t(s.n_in * n_tokens) * 2;
   DeviceBuffer w(w_bytes), x(x_bytes), y(size_t(s.n_out * n_tokens) * sizeof(float));
   // Random 16-bit patterns with the exponent kept small: finite values of either type.
@@ -152,11 +164,6 @@ Row prefill_gemm(cudaStream_t stream, TensorType type, const Shape& s, int64_t n
   for (auto& h : host) h = uint16_t(rng() & 0x37FF);
   SPARROW_CUDA_CHECK(cudaMemcpy(w.p, host.data(), w_bytes, cudaMemcpyHostToDevice));
   SPARROW_CUDA_CHECK(cudaMemcpy(x.p, host.data(), x_bytes, cudaMemcpyHostToDevice));
-  cublasHandle_t handle = nullptr;
-  if (cublas) {
-    SPARROW_CUBLAS_CHECK(cublasCreate(&handle));
-    SPARROW_CUBLAS_CHECK(cublasSetStream(handle, stream));
-  }
   const cudaDataType_t element = type == TensorType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
   Row r{std::string(cublas ? "cuBLAS GemmEx " : "matmul_half ") + tensor_type_name(type) + " " +
             std::to_string(s.n_in) + "x" + std::to_string(s.n_out) + " x " + std::to_string(n_tokens) + " tokens (" +
@@ -165,14 +172,13 @@ Row prefill_gemm(cudaStream_t stream, TensorType type, const Shape& s, int64_t n
   r.microseconds = best_microseconds(stream, 10, 4, [&](int) {
     if (cublas) {
       const float alpha = 1.0f, beta = 0.0f;
-      SPARROW_CUBLAS_CHECK(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n_out), int(n_tokens), int(s.n_in),
+      SPARROW_CUBLAS_CHECK(cublasGemmEx(cublas->h, CUBLAS_OP_T, CUBLAS_OP_N, int(s.n_out), int(n_tokens), int(s.n_in),
                                         &alpha, w.p, element, int(s.n_in), x.p, element, int(s.n_in), &beta, y.p,
                                         CUDA_R_32F, int(s.n_out), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     } else {
       cuda::matmul_half(stream, type, w.as<uint16_t>(), s.n_in, s.n_out, x.as<uint16_t>(), n_tokens, y.as<float>());
     }
   });
-  if (handle) cublasDestroy(handle);
   return r;
 }
 
@@ -273,9 +279,11 @@ int run(int argc, char** argv) {
   }
   std::vector<Row> prefill;
   if (wants("prefill")) {
+    const CublasHandle cublas(stream);
     for (TensorType type : {TensorType::F16, TensorType::BF16})
       for (size_t i = 0; i < (quick ? size_t(1) : size_t(4)); ++i)
-        for (bool cublas : {false, true}) prefill.push_back(prefill_gemm(stream, type, shapes[i], 512, cublas));
+        for (const CublasHandle* by : {static_cast<const CublasHandle*>(nullptr), &cublas})
+          prefill.push_back(prefill_gemm(stream, by, type, shapes[i], 512));
   }
   SPARROW_CUDA_CHECK(cudaStreamDestroy(stream));
 
@@ -287,7 +295,8 @@ int run(int argc, char** argv) {
                 r.gb_per_s(), 100 * r.gb_per_s() / copy.gb_per_s());
   if (!prefill.empty()) {
     std::printf("\n| prefill GEMM | us | TFLOP/s |\n|---|---:|---:|\n");
-    for (const Row& r : prefill) std::printf("| %s | %.1f | %.1f |\n", r.kernel.c_str(), r.microseconds, r.tflop_per_s());
+    for (const Row& r : prefill)
+      std::printf("| %s | %.1f | %.1f |\n", r.kernel.c_str(), r.microseconds, r.tflop_per_s());
   }
   if (!json_path.empty()) {
     nlohmann::ordered_json j;
