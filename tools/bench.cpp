@@ -37,7 +37,7 @@ struct KvConfig {
 
 struct BenchOptions {
   std::string model_path;
-  DeviceOptions device;
+  LoadOptions load;
   int32_t threads = 0;
   int32_t n_batch = 512;
   std::vector<int32_t> prompt_sizes{512};
@@ -124,7 +124,7 @@ sparrow_context_params context_params(const BenchOptions& o, const KvConfig& kv,
     p.cache_type_k = kv.k.c_str();
     p.cache_type_v = kv.v.c_str();
   }
-  p.decode_graphs = o.device.graphs == "on";
+  p.decode_graphs = o.load.graphs == "on";
   return p;
 }
 
@@ -336,7 +336,7 @@ void write_json(const std::string& path, const BenchOptions& o, const std::strin
 
 void add_options(CLI::App& cmd, BenchOptions& o) {
   cmd.add_option("-m,--model", o.model_path, "GGUF model file (default: Gemma 3 270M from its pip package)");
-  add_device_options(cmd, o.device);
+  add_load_options(cmd, o.load);
   cmd.add_option("-t,--threads", o.threads, "worker threads (0: all cores)");
   cmd.add_option("-b,--batch-size", o.n_batch, "tokens per forward pass during prompt processing");
   cmd.add_option("-p,--n-prompt", o.prompt_sizes, "prompt sizes (pp tests)")->delimiter(',');
@@ -367,7 +367,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
     o->threads = checked_threads(o->threads);
     const std::vector<Test> all_tests = tests(*o);
     const std::vector<KvConfig> configs = kv_configs(*o);
-    LoadedModel m(o->model_path, o->device);
+    LoadedModel m(o->model_path, o->load);
     check_configs_open(m.model, *o, configs);
 
     std::vector<Result> results;

@@ -42,7 +42,7 @@ void add_chat_command(CLI::App& app, int& exit_code) {
   cmd->callback([=, &exit_code] {
     check_model_options(*model);
     check_n_predict(*n_predict);
-    LoadedModel m(model->model_path, model->device);
+    LoadedModel m(model->model_path, model->load);
     Context ctx(m.model, *model);
     std::vector<std::pair<std::string, std::string>> turns;
     if (!system->empty()) turns.push_back({"system", *system});

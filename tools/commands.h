@@ -14,5 +14,6 @@ void add_verify_command(CLI::App& app, int& exit_code);
 void add_perplexity_command(CLI::App& app, int& exit_code);
 void add_lockstep_command(CLI::App& app, int& exit_code);
 void add_serve_command(CLI::App& app, int& exit_code);
+void add_calibrate_keys_command(CLI::App& app, int& exit_code);
 
 }  // namespace sparrow::tools

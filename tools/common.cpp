@@ -15,7 +15,7 @@
 namespace sparrow::tools {
 
 void add_model_options(CLI::App& cmd, ModelOptions& o) {
-  add_device_options(cmd, o.device);
+  add_load_options(cmd, o.load);
   cmd.add_option("-m,--model", o.model_path, "GGUF model file (default: Gemma 3 270M from its pip package)");
   cmd.add_option("-t,--threads", o.threads, "worker threads (0: all cores)");
   cmd.add_option("-c,--ctx-size", o.n_ctx, "context size in tokens (0: min(training context, 4096))");
@@ -105,7 +105,7 @@ void progress_bar(float fraction, void*) {
 }
 }  // namespace
 
-void add_device_options(CLI::App& cmd, DeviceOptions& o) {
+void add_load_options(CLI::App& cmd, LoadOptions& o) {
   cmd.add_option("--device", o.device, "where the model runs: cpu or cuda (default: cuda when -ngl > 0)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd.add_option("--n-gpu-layers", o.n_gpu_layers,
@@ -113,9 +113,12 @@ void add_device_options(CLI::App& cmd, DeviceOptions& o) {
   cmd.add_option("--graphs", o.graphs, "on a GPU, replay each decode step as one CUDA graph (on) or launch its "
                                        "kernels one by one (off)")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd.add_option("--key-transforms", o.key_transforms,
+                 "calibrated key transforms (`sparrow calibrate-keys`) for the low-bit K codecs: a file, auto (the "
+                 "MODEL.key-transforms.gguf beside the model, if there) or off (default: auto)");
 }
 
-LoadedModel::LoadedModel(const std::string& requested_path, const DeviceOptions& d) {
+LoadedModel::LoadedModel(const std::string& requested_path, const LoadOptions& d) {
   if (d.n_gpu_layers < -1) throw Error("-ngl " + std::to_string(d.n_gpu_layers) + ": expected 0 or more");
   sparrow_model_params params = sparrow_model_default_params();
   const std::string device = !d.device.empty() ? d.device : d.n_gpu_layers > 0 ? "cuda" : "cpu";
@@ -126,11 +129,13 @@ LoadedModel::LoadedModel(const std::string& requested_path, const DeviceOptions&
   params.device = device.c_str();
   params.n_gpu_layers = device == "cuda" && d.n_gpu_layers < 0 ? 99 : std::max(d.n_gpu_layers, 0);
   params.progress = isatty(STDERR_FILENO) ? progress_bar : nullptr;
+  params.key_transforms = d.key_transforms.c_str();
   path = resolve_model_path(requested_path);
   model = sparrow_model_load_with_params(path.c_str(), params);
   if (!model) throw Error(sparrow_last_error());
   std::cerr << "model: " << sparrow_model_describe(model) << "\n";
   std::cerr << "device: " << sparrow_model_placement(model) << "\n";
+  if (const char* transforms = sparrow_model_key_transforms(model)) std::cerr << transforms << "\n";
 }
 LoadedModel::~LoadedModel() { sparrow_model_free(model); }
 
@@ -144,7 +149,7 @@ sparrow_context_params context_params(const ModelOptions& o) {
   p.kv_layers = o.kv_layers.c_str();
   p.kv_center_keys = o.center_keys == "auto" ? -1 : o.center_keys == "on" ? 1 : 0;
   p.kv_balance_keys = o.balance_keys == "auto" ? -1 : o.balance_keys == "on" ? 1 : 0;
-  p.decode_graphs = o.device.graphs == "on";
+  p.decode_graphs = o.load.graphs == "on";
   p.kv_bits = o.kv_bits;
   return p;
 }

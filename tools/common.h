@@ -11,11 +11,13 @@
 
 namespace sparrow::tools {
 
-// Where the model runs: --device cpu|cuda and -ngl (llama.cpp's --n-gpu-layers).
-struct DeviceOptions {
+// How the model loads: where it runs (--device cpu|cuda, -ngl as llama.cpp's --n-gpu-layers, --graphs) and
+// with which key transforms (--key-transforms).
+struct LoadOptions {
   std::string device;         // "" : cuda when -ngl > 0, else cpu
   int32_t n_gpu_layers = -1;  // -1: all layers on cuda, none on cpu
   std::string graphs = "on";  // --graphs: decode steps replayed as CUDA graphs (on) or launched op by op (off)
+  std::string key_transforms = "auto";  // a file, auto (the one beside the model, if any) or off
 };
 
 // The device named cannot be used here (no GPU, or a build without CUDA): the tools exit with status 2.
@@ -25,7 +27,7 @@ struct DeviceUnavailable : Error {
 
 struct ModelOptions {
   std::string model_path;
-  DeviceOptions device;
+  LoadOptions load;
   int32_t threads = 0;
   int32_t n_ctx = 0;
   int32_t n_batch = 512;
@@ -45,7 +47,7 @@ struct SamplingOptions {
   uint64_t seed = 0;
 };
 
-void add_device_options(CLI::App& cmd, DeviceOptions& o);
+void add_load_options(CLI::App& cmd, LoadOptions& o);
 void add_model_options(CLI::App& cmd, ModelOptions& o);
 void add_sampling_options(CLI::App& cmd, SamplingOptions& o);
 
@@ -68,7 +70,7 @@ std::string resolve_model_path(const std::string& requested);
 // Loads the model -m names (resolve_model_path) on the device the options name, printing the model and where
 // its weights went; throws DeviceUnavailable, before looking for the model, when that device cannot be used.
 struct LoadedModel {
-  LoadedModel(const std::string& requested_path, const DeviceOptions& device);
+  LoadedModel(const std::string& requested_path, const LoadOptions& load);
   ~LoadedModel();
   std::string path;  // the file loaded
   sparrow_model* model;

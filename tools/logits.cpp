@@ -67,7 +67,7 @@ void add_logits_command(CLI::App& app, int& exit_code) {
     if (prompt->empty() && token_list->empty()) throw Error("logits: give -p PROMPT or --tokens IDS");
     check_model_options(*model);
     if (*n_greedy < 0) throw Error("-n " + std::to_string(*n_greedy) + ": must not be negative");
-    LoadedModel m(model->model_path, model->device);
+    LoadedModel m(model->model_path, model->load);
     std::vector<sparrow_token> tokens =
         token_list->empty() ? tokenize(m.model, *prompt, true, true) : parse_token_list(*token_list);
     ModelOptions o = *model;

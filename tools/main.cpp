@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   sparrow::tools::add_verify_command(app, exit_code);
   sparrow::tools::add_perplexity_command(app, exit_code);
   sparrow::tools::add_lockstep_command(app, exit_code);
+  sparrow::tools::add_calibrate_keys_command(app, exit_code);
 #ifdef SPARROW_WITH_SERVER
   sparrow::tools::add_serve_command(app, exit_code);
 #endif

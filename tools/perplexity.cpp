@@ -413,7 +413,7 @@ void print_estimate(const RunningMean& nll) {
 void run_perplexity(const ModelOptions& model_options, const PerplexityOptions& o) {
   if (model_options.n_ctx < 4) throw Error("-c " + std::to_string(model_options.n_ctx) + ": perplexity needs -c >= 4");
   if (o.max_chunks < 0) throw Error("--chunks " + std::to_string(o.max_chunks) + ": must not be negative");
-  LoadedModel m(model_options.model_path, model_options.device);
+  LoadedModel m(model_options.model_path, model_options.load);
   const ScoredText run = plan_run(m.model, o, model_options.n_ctx);
   Context ctx(m.model, model_options);
   const int32_t n_batch = std::max(1, model_options.n_batch);

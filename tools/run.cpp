@@ -17,7 +17,7 @@ void add_run_command(CLI::App& app, int& exit_code) {
   cmd->callback([=, &exit_code] {
     check_model_options(*model);
     check_n_predict(*n_predict);
-    LoadedModel m(model->model_path, model->device);
+    LoadedModel m(model->model_path, model->load);
     Context ctx(m.model, *model);
     std::vector<sparrow_token> tokens = tokenize(m.model, *prompt, true, true);
     check_fits_context(ctx.ctx, tokens.size());  // before the prompt is echoed

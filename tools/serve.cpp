@@ -28,7 +28,7 @@ int serve(ServeOptions& o) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  LoadedModel m(o.model.model_path, o.model.device);
+  LoadedModel m(o.model.model_path, o.model.load);
   if (o.server.model_name.empty()) o.server.model_name = std::filesystem::path(m.path).stem().string();
   server::Server http(m.model, context_params(o.model), o.server);
   const int port = http.start();

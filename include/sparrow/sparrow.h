@@ -31,6 +31,10 @@ typedef struct sparrow_model_params {
                                   other layers' weights stay in the file mapping, read by the device over the bus */
   sparrow_progress_fn progress;
   void* progress_user;
+  const char* key_transforms;  /* calibrated key transforms (`sparrow calibrate-keys`, docs/kv-cache.md) that the
+                                  low-bit K codecs store keys through: a file; NULL or "auto" (default) the file
+                                  MODEL.key-transforms.gguf beside the model when there is one; "off" none. A file
+                                  calibrated on another model is an error */
 } sparrow_model_params;
 
 sparrow_model_params sparrow_model_default_params(void);
@@ -46,6 +50,8 @@ void sparrow_model_free(sparrow_model* model);
 const char* sparrow_model_describe(const sparrow_model* model);
 /* One line: the device, its memory, and the bytes of weights placed on it. */
 const char* sparrow_model_placement(const sparrow_model* model);
+/* One line on the key transforms loaded (their file, layers, calibration text), or NULL without them. */
+const char* sparrow_model_key_transforms(const sparrow_model* model);
 /* Bytes of weights one decoded token reads (every matrix multiplied, one row of each table gathered). With
  * sparrow_context_kv_bytes_read, what a decode step must move: its time at the memory bandwidth is the floor. */
 size_t sparrow_model_weight_bytes_per_token(const sparrow_model* model);

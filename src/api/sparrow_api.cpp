@@ -21,6 +21,7 @@ struct sparrow_model {
   std::unique_ptr<sparrow::Model> model;
   std::string description;
   std::string placement;
+  std::string key_transforms;  // empty without them
 };
 struct sparrow_context {
   const sparrow::Model* model = nullptr;
@@ -123,6 +124,7 @@ sparrow_model_params sparrow_model_default_params(void) {
   p.n_gpu_layers = 0;
   p.progress = nullptr;
   p.progress_user = nullptr;
+  p.key_transforms = nullptr;
   return p;
 }
 
@@ -144,10 +146,12 @@ sparrow_model* sparrow_model_load_with_params(const char* path, sparrow_model_pa
     options.device = *device;
     options.n_gpu_layers = params.n_gpu_layers;
     options.progress = [&](float f) { if (params.progress) params.progress(f, params.progress_user); };
+    options.key_transforms = params.key_transforms ? params.key_transforms : "auto";
     auto m = std::make_unique<sparrow_model>();
     m->model = sparrow::Model::load(path, options);
     m->description = m->model->describe();
     m->placement = m->model->store->describe();
+    m->key_transforms = m->model->describe_key_transforms();
     return m.release();
   });
 }
@@ -162,6 +166,9 @@ sparrow_model* sparrow_model_load(const char* path, sparrow_progress_fn progress
 void sparrow_model_free(sparrow_model* model) { delete model; }
 const char* sparrow_model_describe(const sparrow_model* model) { return model->description.c_str(); }
 const char* sparrow_model_placement(const sparrow_model* model) { return model->placement.c_str(); }
+const char* sparrow_model_key_transforms(const sparrow_model* model) {
+  return model->key_transforms.empty() ? nullptr : model->key_transforms.c_str();
+}
 size_t sparrow_model_weight_bytes_per_token(const sparrow_model* model) {
   return model->model->weights.bytes_read_per_token();
 }

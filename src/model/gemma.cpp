@@ -76,7 +76,7 @@ void GemmaForward::run(const int32_t* tokens, std::span<const SequenceRun> runs,
   }
   // A decode step is recorded and replayed (one graph launch on a GPU); if the recording fails, nothing of it
   // ran, and the step runs again op by op.
-  if (!pass(tokens, n, host_logits, record_decode_ && decode)) pass(tokens, n, host_logits, false);
+  if (!pass(tokens, n, host_logits, record_decode_ && decode && !observer_)) pass(tokens, n, host_logits, false);
 }
 
 bool GemmaForward::pass(const int32_t* tokens, int32_t n, float* host_logits, bool record) {
@@ -183,17 +183,24 @@ void GemmaForward::attention(int32_t il, int32_t n) {
     float* q = q_ + p.first_token * q_width;
     float* k = k_ + p.first_token * kv_width;
     float* v = v_ + p.first_token * kv_width;
-    const bool balanced = r.cache->balanced_keys(il);  // model/key_balance.h: the same scores, other gains
+    // Keys the cache balances are stored scaled (model/key_balance.h) or, with calibrated transforms, transformed
+    // (model/key_transform.h); either way the scores are unchanged.
+    const bool balanced = r.cache->balanced_keys(il);
+    const bool transformed = balanced && w.query_transform.data;
+    const bool scaled = balanced && !transformed;
     const HeadTensor heads[] = {
-        {.x = q, .weight = balanced ? w.attn_q_norm_balanced : w.attn_q_norm, .n_heads = config_.n_heads},
-        {.x = k, .weight = balanced ? w.attn_k_norm_balanced : w.attn_k_norm, .n_heads = l.n_kv_heads},
+        {.x = q, .weight = scaled ? w.attn_q_norm_balanced : w.attn_q_norm, .n_heads = config_.n_heads},
+        {.x = k, .weight = scaled ? w.attn_k_norm_balanced : w.attn_k_norm, .n_heads = l.n_kv_heads},
         {.x = v, .weight = nullptr, .n_heads = l.n_kv_heads, .rotate = false}};
     const size_t n_heads = l.owns_kv ? (config_.normalize_v ? 3 : 2) : 1;
     backend_.rms_norm_rope(std::span(heads).first(n_heads), config_.rms_eps, r.n_tokens, d, r.first_position, rope);
+    float* out = attn_ + p.first_token * q_width;  // free until attention writes it
+    if (transformed) transform_queries_and_keys(w, l.n_kv_heads, q, l.owns_kv ? k : nullptr, r.n_tokens, out);
+    if (observer_) observer_->observe(backend_, il, q, l.owns_kv ? k : nullptr, r.n_tokens, r.first_position);
     if (l.owns_kv) r.cache->store(il, k, v, r.n_tokens, r.first_position);
     AttentionArgs args;
     args.q = q;
-    args.out = attn_ + p.first_token * q_width;
+    args.out = out;
     args.n_tokens = r.n_tokens;
     args.n_heads = config_.n_heads;
     args.first_position = r.first_position;
@@ -202,6 +209,19 @@ void GemmaForward::attention(int32_t il, int32_t n) {
     args.kv = r.cache->layer(il);
     backend_.attention(args);
   }
+}
+
+// q <- query_transform q per query head, k <- key_transform k per KV head (k null: a KV-shared layer), through
+// `scratch` (n_tokens x n_heads x head_dim floats).
+void GemmaForward::transform_queries_and_keys(const LayerWeights& w, int32_t n_kv_heads, float* q, float* k,
+                                              int32_t n_tokens, float* scratch) {
+  const int64_t d = w.query_transform.n_in;
+  const int64_t q_rows = int64_t(n_tokens) * config_.n_heads, k_rows = int64_t(n_tokens) * n_kv_heads;
+  backend_.matmul(w.query_transform, q, q_rows, scratch);
+  backend_.copy(q, scratch, q_rows * d);
+  if (!k) return;
+  backend_.matmul(w.key_transform, k, k_rows, scratch);
+  backend_.copy(k, scratch, k_rows * d);
 }
 
 // GeGLU's product before the down projection: gelu_tanh(Wgate x) * Wup x

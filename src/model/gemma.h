@@ -12,6 +12,16 @@
 
 namespace sparrow {
 
+// Sees each layer's queries and keys after the norms and RoPE (and a key transform, where one applies), before
+// the cache stores the keys: what `sparrow calibrate-keys` gathers (model/key_transform.h). The pointers are
+// memory of `backend`, [n_tokens][heads][head_dim]; k is null on KV-shared layers.
+class QueryKeyObserver {
+ public:
+  virtual ~QueryKeyObserver() = default;
+  virtual void observe(Backend& backend, int32_t il, const float* q, const float* k, int32_t n_tokens,
+                       int32_t first_position) = 0;
+};
+
 class GemmaForward {
  public:
   // max_tokens: the most tokens one pass may take (sizes the scratch buffers); max_sequences: the most sequences
@@ -45,6 +55,8 @@ class GemmaForward {
     const SequenceRun r{&cache, first_position, n, logits};
     run(tokens, std::span<const SequenceRun>(&r, 1), host_logits);
   }
+  // Every later pass shows its queries and keys to `observer` (null: none); it disables recorded decode steps.
+  void observe(QueryKeyObserver* observer) { observer_ = observer; }
   // Kept row i of the last pass without host logits, in backend memory.
   const float* logits_row(int32_t i) const { return logits_ + int64_t(i) * config_.n_vocab; }
 
@@ -62,6 +74,8 @@ class GemmaForward {
   void per_layer_inputs(const int32_t* tokens, int32_t n);
   void layer(int32_t il, int32_t n);
   void attention(int32_t il, int32_t n);
+  void transform_queries_and_keys(const LayerWeights& w, int32_t n_kv_heads, float* q, float* k, int32_t n_tokens,
+                                  float* scratch);
   void feed_forward(int32_t il, int32_t n);
   void per_layer_embedding(int32_t il, int32_t n);
   ResidualStep residual_step(const float* post_norm, const float* next_norm = nullptr) const;
@@ -76,6 +90,7 @@ class GemmaForward {
   int32_t max_tokens_;
   int32_t logit_rows_;  // rows of logits_
   bool record_decode_;
+  QueryKeyObserver* observer_ = nullptr;
   std::vector<Placed> runs_;  // the current pass's runs
   // Scratch activations, [max_tokens][width].
   float* x_;        // residual stream, n_embd

@@ -4,6 +4,7 @@
 
 #include "formats/weight_formats.h"
 #include "model/key_balance.h"
+#include "model/key_transform.h"
 #include "util/error.h"
 
 namespace sparrow {
@@ -146,6 +147,23 @@ ModelWeights ModelWeights::bind(const gguf::File& file, const ModelConfig& c, We
     if (progress) progress(float(il + 1) / c.n_layer);
   }
   return w;
+}
+
+void ModelWeights::bind_key_transforms(const gguf::File& file, const ModelConfig& c, WeightStore& store) {
+  Binder b(file, store);
+  b.place_on_device(true);
+  for (int il = 0; il < c.n_layer; ++il) {
+    const LayerConfig& l = c.layers[il];
+    LayerWeights& w = layers[size_t(il)];
+    if (l.owns_kv) {
+      w.key_transform = b.matrix(key_transform_tensor(il, false), l.head_dim, l.head_dim);
+      w.query_transform = b.matrix(key_transform_tensor(il, true), l.head_dim, l.head_dim);
+    } else {
+      w.query_transform = layers[size_t(l.kv_source)].query_transform;
+    }
+    if (w.query_transform.type != TensorType::F32 || (l.owns_kv && w.key_transform.type != TensorType::F32))
+      throw Error(file.path() + ": layer " + std::to_string(il) + "'s key transforms must be F32");
+  }
 }
 
 }  // namespace sparrow

@@ -30,6 +30,10 @@ struct LayerWeights {
   WeightMatrix ple_inp_gate, ple_proj;
   const float* ple_post_norm = nullptr;
   float output_scale = 1.0f;  // Gemma 4 layer_output_scale
+  // Calibrated key transforms (model/key_transform.h), when the model was loaded with them: keys stored as
+  // key_transform k (absent on KV-shared layers) and queries formed as query_transform q (the transform of the
+  // layer whose cache this layer reads), both F32 head_dim x head_dim, in place of the balanced gains.
+  WeightMatrix key_transform, query_transform;
 };
 
 struct ModelWeights {
@@ -53,6 +57,9 @@ struct ModelWeights {
 
   static ModelWeights bind(const gguf::File& file, const ModelConfig& config, WeightStore& store,
                            int32_t n_gpu_layers, const std::function<void(float)>& progress);
+  // Binds the key transforms of a key-transform file (model/key_transform.h; its fingerprint already checked
+  // against the model): one pair for every layer that owns KV, placed on the device.
+  void bind_key_transforms(const gguf::File& file, const ModelConfig& config, WeightStore& store);
 };
 
 }  // namespace sparrow

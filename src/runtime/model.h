@@ -19,6 +19,9 @@ struct ModelLoadOptions {
   // Where the weights are placed; empty: the device's own store (runtime/backends.h). `sparrow lockstep`
   // places them on two devices at once.
   std::function<std::unique_ptr<WeightStore>()> make_store;
+  // Calibrated key transforms (model/key_transform.h, `sparrow calibrate-keys`): a file's path; "auto" the file
+  // beside the model (key_transform_path_beside) when there is one; "off" or "" none.
+  std::string key_transforms = "auto";
 };
 
 struct Model {
@@ -28,6 +31,7 @@ struct Model {
   std::unique_ptr<WeightStore> store;  // owns the placed weights; declared before them, destroyed after
   ModelWeights weights;
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<gguf::File> key_transform_file;  // null without key transforms
 
   // Throws sparrow::Error naming the file and field, or why the device cannot be used.
   static std::unique_ptr<Model> load(const std::string& path, const ModelLoadOptions& options);
@@ -35,6 +39,10 @@ struct Model {
   // A hash of the file's tensors (names, types, shapes and the first bytes of each one's data): two files that
   // agree on it hold the same weights for every purpose a saved KV cache cares about.
   uint64_t fingerprint() const;
+  // The fingerprint with the key transforms' tensors mixed in: what a saved KV cache's keys depend on.
+  uint64_t state_fingerprint() const;
+  // One line on the key transforms ("key transforms: PATH (N layers, calibrated on ...)"), empty without them.
+  std::string describe_key_transforms() const;
 };
 
 }  // namespace sparrow

@@ -28,7 +28,7 @@ void save_sequence_state(const std::string& path, const Model& model, const KvCa
     if (!out) throw Error(path + ": cannot write");
     binary::write_bytes(out, kMagic.data(), kMagic.size());
     binary::write(out, kVersion);
-    binary::write(out, model.fingerprint());
+    binary::write(out, model.state_fingerprint());
     binary::write(out, n_past);
     binary::write(out, uint32_t(tokens.size()));
     binary::write_bytes(out, tokens.data(), tokens.size_bytes());
@@ -57,8 +57,8 @@ RestoredSequence restore_sequence_state(const std::string& path, const Model& mo
     const auto version = binary::read<uint32_t>(in, "the header");
     if (version != kVersion)
       throw Error("format version " + std::to_string(version) + "; this build reads " + std::to_string(kVersion));
-    if (binary::read<uint64_t>(in, "the header") != model.fingerprint())
-      throw Error("saved from a different model file");
+    if (binary::read<uint64_t>(in, "the header") != model.state_fingerprint())
+      throw Error("saved from a different model file, or with other key transforms (--key-transforms)");
     RestoredSequence r;
     r.n_past = binary::read<int32_t>(in, "the header");
     if (r.n_past < 0 || r.n_past > cache.n_ctx())

@@ -21,7 +21,7 @@ struct RestoredSequence {
   int32_t n_past = 0;
   std::vector<int32_t> tokens;  // as saved: empty or n_past ids
 };
-// Reads a state saved from the same model file (Model::fingerprint) with the same KV codecs into `cache`, whose
+// Reads a state saved from the same model file and key transforms (Model::state_fingerprint) with the same KV codecs into `cache`, whose
 // context must hold its tokens. Throws sparrow::Error naming the path and what does not match.
 RestoredSequence restore_sequence_state(const std::string& path, const Model& model, KvCache& cache);
 

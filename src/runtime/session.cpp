@@ -49,6 +49,7 @@ Session::Session(const Model& model, const SessionOptions& options) : model_(mod
   cache_ = make_sequence_cache(*backend_, model.config, options, sizes);
   forward_ = std::make_unique<GemmaForward>(*backend_, model.config, model.weights, n_batch_, 1,
                                             options.record_decode);
+  forward_->observe(options.observer);
 }
 
 void Session::decode(const int32_t* tokens, int32_t n, bool all_logits) {

@@ -32,6 +32,8 @@ struct SessionOptions {
   // The backend the session runs on; empty: the model's device's (runtime/backends.h). It must work with the
   // weights the model's store placed (`sparrow lockstep` pairs them).
   std::function<std::unique_ptr<Backend>()> make_backend;
+  // Shown every layer's queries and keys (model/gemma.h; `sparrow calibrate-keys`); null: none.
+  QueryKeyObserver* observer = nullptr;
 };
 
 // The context and batch sizes options ask for: n_ctx 0 means min(training context, 4096), n_batch 0 means 512,

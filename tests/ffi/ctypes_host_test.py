@@ -45,7 +45,7 @@ ProgressFn = ctypes.CFUNCTYPE(None, c_float, c_void_p)
 
 class ModelParams(ctypes.Structure):
     _fields_ = [("device", c_char_p), ("n_gpu_layers", c_int32), ("progress", ProgressFn),
-                ("progress_user", c_void_p)]
+                ("progress_user", c_void_p), ("key_transforms", c_char_p)]
 
 
 class ContextParams(ctypes.Structure):
@@ -212,7 +212,7 @@ class CtypesHost(unittest.TestCase):
         self.assertEqual((c.cache_type_k, c.cache_type_v, c.kv_layers), (b"auto", b"auto", None))
         self.assertEqual((c.kv_center_keys, c.decode_graphs, c.kv_bits, c.kv_balance_keys), (-1, 1, 0.0, -1))
         m = self.lib.sparrow_model_default_params()
-        self.assertEqual((m.device, m.n_gpu_layers, m.progress_user), (b"cpu", 0, None))
+        self.assertEqual((m.device, m.n_gpu_layers, m.progress_user, m.key_transforms), (b"cpu", 0, None, None))
 
     def test_load_reports_progress_per_layer(self):
         n_layers = int(re.search(r"(\d+) layers", self.lib.sparrow_model_describe(self.model).decode()).group(1))
