@@ -170,7 +170,9 @@ int run_calibrate(const CalibrateOptions& o) {
   f.model_fingerprint = model->fingerprint();
   f.context = o.n_ctx;
   f.n_tokens = n_chunks * o.n_ctx;
-  f.source = std::filesystem::path(o.text_path).filename().string() + " from " + std::to_string(o.from);
+  char from[32];
+  std::snprintf(from, sizeof from, "%g", o.from);
+  f.source = std::filesystem::path(o.text_path).filename().string() + " from " + from;
   const std::string out = o.out_path.empty() ? key_transform_path_beside(path) : o.out_path;
   write_key_transform_file(out, f);
   std::cout << "wrote " << out << " (" << f.n_tokens << " tokens of calibration text)\n";
