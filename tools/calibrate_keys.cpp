@@ -7,9 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <iostream>
-#include <iterator>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,14 +80,8 @@ class Calibrator : public QueryKeyObserver {
       if (!stats_[il]) continue;
       const KeyStatistics& s = *stats_[il];
       f.layers[il] = solve_key_transform(s, n_ctx, ridge);
-      const int d = s.head_dim();
-      std::vector<float> identity(size_t(d) * d, 0.0f);
-      for (int i = 0; i < d; ++i) identity[size_t(i) * d + i] = 1.0f;
-      const std::vector<double> sq = averaged_query_moments(s, n_ctx), sk = averaged_key_moments(s, n_ctx);
-      const double gain = key_transform_cost(sq, sk, identity, identity, d) /
-                          key_transform_cost(sq, sk, f.layers[il].query, f.layers[il].key, d);
-      std::printf("layer %2zu: head dim %d, %lld query rows, predicted score-error variance / %.2f\n", il, d,
-                  static_cast<long long>(s.n_queries()), gain);
+      std::printf("layer %2zu: head dim %d, %lld query rows, predicted score-error variance / %.2f\n", il,
+                  s.head_dim(), static_cast<long long>(s.n_queries()), f.layers[il].predicted_gain);
     }
     return f;
   }
@@ -116,12 +108,11 @@ class Calibrator : public QueryKeyObserver {
   std::vector<float> host_;
 };
 
-std::string read_text(const std::string& path, double from) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// The text from the fraction `from` of its bytes on (not inside a UTF-8 character).
+std::string text_from(const std::string& path, double from) {
+  const std::string text = read_text_file(path);
   size_t start = size_t(double(text.size()) * from);
-  while (start < text.size() && (uint8_t(text[start]) & 0xC0) == 0x80) ++start;  // not inside a UTF-8 character
+  while (start < text.size() && (uint8_t(text[start]) & 0xC0) == 0x80) ++start;
   return text.substr(start);
 }
 
@@ -139,7 +130,7 @@ int run_calibrate(const CalibrateOptions& o) {
   const std::unique_ptr<Model> model = Model::load(path, load);
   std::cerr << "model: " << model->describe() << "\n";
 
-  std::vector<int32_t> tokens = model->tokenizer->encode(read_text(o.text_path, o.from), false, false);
+  std::vector<int32_t> tokens = model->tokenizer->encode(text_from(o.text_path, o.from), false, false);
   const int64_t available = int64_t(tokens.size()) / o.n_ctx;
   if (available < 1)
     throw Error(o.text_path + ": " + std::to_string(tokens.size()) + " tokens from --from on, fewer than one chunk of " +

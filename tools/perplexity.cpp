@@ -269,14 +269,6 @@ class BaseReader {
 
 // ---- evaluation ----
 
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(path + ": cannot open text file");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Calls work(i) for every i in [0, n) on up to `threads` threads.
 void parallel_for(int32_t n, int32_t threads, const std::function<void(int32_t)>& work) {
   std::atomic<int32_t> next{0};

@@ -57,13 +57,6 @@ EigenMatrix regularized(std::span<const double> s, int n, double ridge) {
 // (a + a^T) / 2: a product of symmetric matrices like B S B is symmetric only up to rounding.
 EigenMatrix symmetrized(const EigenMatrix& a) { return (a + a.transpose()) / 2; }
 
-// tr(X S X^T) for X given as floats.
-double sandwich_trace(std::span<const double> s, std::span<const float> x, int n) {
-  const EigenMatrix xd = Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(
-                             x.data(), n, n).cast<double>();
-  return (xd * view(s, n) * xd.transpose()).trace();
-}
-
 // The Hermitian moments (re, im; h x h) averaged over positions 0..L-1 and scaled by 1 / count, as the real
 // d x d matrix [[Re, -Im], [Im, Re]] of the head's layout.
 Matrix averaged(const std::vector<double>& re, const std::vector<double>& im, const std::vector<double>& freq,
@@ -186,7 +179,6 @@ void KeyStatistics::end_sequence() {
       add_moments(k_re_, k_im_, x.data(), t, w);
       key_weight_ += w;
     }
-  n_keys_ += int64_t(n_seq_) * n_kv;
   begin_sequence();
 }
 
@@ -194,7 +186,10 @@ void KeyStatistics::end_sequence() {
 void KeyStatistics::add_moments(std::vector<double>& re, std::vector<double>& im, const float* x, int position,
                                 double weight) {
   const int h = d_ / 2;
-  std::vector<double> a(static_cast<size_t>(h)), b(static_cast<size_t>(h));
+  std::vector<double>& a = pair_re_;
+  std::vector<double>& b = pair_im_;
+  a.resize(size_t(h));
+  b.resize(size_t(h));
   for (int p = 0; p < h; ++p) {
     const double angle = frequencies_[size_t(p)] * position, c = std::cos(angle), s = std::sin(angle);
     a[size_t(p)] = x[p] * c + x[p + h] * s;
@@ -231,14 +226,12 @@ KeyTransform solve_key_transform(const KeyStatistics& stats, double context, dou
   const Eigen::SelfAdjointEigenSolver<EigenMatrix> m(symmetrized(sk_inv_half * inner_half * sk_inv_half));
   KeyTransform t;
   t.head_dim = d;
-  t.key = to_floats(power_of(m, 0.5));
-  t.query = to_floats(power_of(m, -0.5));
+  const EigenMatrix key = power_of(m, 0.5), query = power_of(m, -0.5);
+  t.key = to_floats(key);
+  t.query = to_floats(query);
+  t.predicted_gain = sq.trace() * sk.trace() / ((query * sq * query.transpose()).trace() *
+                                                (key * sk * key.transpose()).trace());
   return t;
-}
-
-double key_transform_cost(std::span<const double> sq, std::span<const double> sk, std::span<const float> query,
-                          std::span<const float> key, int d) {
-  return sandwich_trace(sq, query, d) * sandwich_trace(sk, key, d);
 }
 
 std::string key_transform_tensor(int32_t il, bool query) {

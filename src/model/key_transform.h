@@ -62,7 +62,6 @@ class KeyStatistics {
 
   int head_dim() const { return d_; }
   int64_t n_queries() const { return n_queries_; }
-  int64_t n_keys() const { return n_keys_; }
   double key_weight() const { return key_weight_; }  // attention the keys received, summed
   const std::vector<double>& pair_frequencies() const { return frequencies_; }
   // Hermitian moments of the pairs before RoPE (d/2 x d/2, real and imaginary parts), unnormalized.
@@ -76,9 +75,10 @@ class KeyStatistics {
 
   int d_;
   std::vector<double> frequencies_;
-  int64_t n_queries_ = 0, n_keys_ = 0;
+  int64_t n_queries_ = 0;
   double key_weight_ = 0;
   std::vector<double> q_re_, q_im_, k_re_, k_im_;
+  std::vector<double> pair_re_, pair_im_;  // add_moments' pairs before RoPE
   // The sequence in progress: its keys, the attention each received, the first batch's size (for the center).
   std::vector<float> keys_;
   std::vector<double> received_;
@@ -91,6 +91,9 @@ struct KeyTransform {
   int head_dim = 0;
   std::vector<float> key;    // A
   std::vector<float> query;  // A^-T (= A^-1: A is symmetric)
+  // The score-error variance without the transform over with it, on the moments it was solved for: the cost
+  // below, (tr Sq)(tr Sk) / (tr(A^-T Sq A^-1) tr(A Sk A^T)).
+  double predicted_gain = 0;
 };
 
 // The position-averaged second moments over positions 0..context-1 (above), as real d x d matrices in the
@@ -102,11 +105,6 @@ std::vector<double> averaged_key_moments(const KeyStatistics& s, double context)
 // and given `ridge` * I, which bounds A's condition number: a direction that the calibration text never used
 // must not blow up a key that does use it. Throws sparrow::Error for statistics without queries or keys.
 KeyTransform solve_key_transform(const KeyStatistics& stats, double context, double ridge);
-
-// tr(Q Sq Q^T) tr(K Sk K^T): the score-error variance above, up to a constant factor, so that transforms can be
-// compared on the same moments.
-double key_transform_cost(std::span<const double> sq, std::span<const double> sk, std::span<const float> query,
-                          std::span<const float> key, int d);
 
 // The file beside a model that holds its transforms (GGUF: "blk.N.key_transform" and "blk.N.query_transform",
 // F32 d x d, for each layer that owns KV, and the fingerprint of the model they were calibrated on).
