@@ -33,6 +33,13 @@ void add_model_options(CLI::App& cmd, ModelOptions& o) {
                  "store keys scaled per RoPE pair, queries divided alike (scores unchanged): auto (low-bit K codecs), "
                  "on, off")
       ->check(CLI::IsMember({"auto", "on", "off"}));
+  cmd.add_option("--kv-sinks", o.kv_sinks,
+                 "keep the first N positions (attention sinks) in --kv-protected-type beside low-bit KV (docs/kv-cache.md)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--kv-window", o.kv_window,
+                 "keep each token's N most recent positions in --kv-protected-type beside low-bit KV (docs/kv-cache.md)")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--kv-protected-type", o.kv_protected_type, "codec of the protected positions: f16 (default), q8_0, ...");
   auto* layers = cmd.add_option("--kv-layers", o.kv_layers,
                                  "per-layer KV codecs, e.g. \"0-3:q8_0/tbq4,7:f16\" or \"global:q8_0/tbq4\" (layers:K/V)");
   cmd.add_option("--kv-bits", o.kv_bits,
@@ -161,6 +168,9 @@ sparrow_context_params context_params(const ModelOptions& o) {
   p.kv_balance_keys = o.balance_keys == "auto" ? -1 : o.balance_keys == "on" ? 1 : 0;
   p.decode_graphs = o.load.graphs == "on";
   p.kv_bits = o.kv_bits;
+  p.kv_sinks = o.kv_sinks;
+  p.kv_window = o.kv_window;
+  p.kv_protected_type = o.kv_protected_type.c_str();
   return p;
 }
 

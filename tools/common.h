@@ -37,6 +37,9 @@ struct ModelOptions {
   float kv_bits = 0;      // --kv-bits 4.5
   std::string center_keys = "auto";
   std::string balance_keys = "auto";
+  int32_t kv_sinks = 0;   // --kv-sinks 1
+  int32_t kv_window = 0;  // --kv-window 32
+  std::string kv_protected_type = "f16";
 };
 
 struct SamplingOptions {

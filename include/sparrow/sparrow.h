@@ -95,6 +95,10 @@ typedef struct sparrow_context_params {
   int32_t kv_balance_keys;  /* -1 (default): keys stored scaled per RoPE pair and queries divided alike (scores
                                unchanged, low-bit key error where queries look less) for Sparrow's low-bit K
                                codecs, not for f32/f16/bf16/q8_0/q4_0; 1: always; 0: never (docs/kv-cache.md) */
+  int32_t kv_sinks;         /* protected positions (docs/kv-cache.md): the first kv_sinks positions and each token's */
+  int32_t kv_window;        /* kv_window most recent ones kept in kv_protected_type beside every layer whose K or V
+                               codec has fewer bits; 0 and 0 (default): off */
+  const char* kv_protected_type; /* "f16" (default, or NULL) or any V codec, e.g. "q8_0" */
 } sparrow_context_params;
 
 sparrow_context_params sparrow_context_default_params(void);

@@ -108,6 +108,13 @@ sparrow::SessionOptions session_options(const sparrow_context_params& params) {
   o.record_decode = params.decode_graphs != 0;
   if (!(params.kv_bits >= 0)) throw sparrow::Error("kv_bits must be 0 (off) or a positive number of bits");
   o.kv_bits = params.kv_bits;
+  o.protected_sinks = params.kv_sinks;
+  o.protected_window = params.kv_window;
+  if (params.kv_protected_type) {
+    const auto codec = sparrow::formats::parse_kv_codec(params.kv_protected_type);
+    if (!codec) throw sparrow::Error(std::string("kv_protected_type: unknown KV codec '") + params.kv_protected_type + "'");
+    o.protected_codec = *codec;
+  }
   return o;
 }
 
@@ -222,6 +229,9 @@ sparrow_context_params sparrow_context_default_params(void) {
   p.kv_center_keys = -1;
   p.kv_balance_keys = -1;
   p.kv_bits = 0;
+  p.kv_sinks = 0;
+  p.kv_window = 0;
+  p.kv_protected_type = "f16";
   p.decode_graphs = 1;
   return p;
 }

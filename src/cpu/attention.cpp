@@ -184,6 +184,11 @@ struct Plan {
   int64_t first_key(int64_t t) const {
     return a.sliding_window > 0 ? std::max<int64_t>(0, position(t) - a.sliding_window + 1) : 0;
   }
+  // The keys token t reads from the main blocks: [main_begin, main_end), less the protected positions.
+  int64_t main_begin(int64_t t) const { return std::max<int64_t>(first_key(t), a.kv.protects() ? a.kv.sinks : 0); }
+  int64_t main_end(int64_t t) const {
+    return std::max(main_begin(t), position(t) + 1 - (a.kv.protects() ? a.kv.window : 0));
+  }
   const uint8_t* k_blocks(int32_t kv_head, int64_t p) const {
     return static_cast<const uint8_t*>(a.kv.k) + (kv_head * a.kv.capacity + p % a.kv.capacity) * k_block_bytes;
   }
@@ -211,7 +216,7 @@ Task task_of(const Plan& plan, int64_t index) {
   task.kv_head = int32_t(rest % plan.a.kv.n_kv_heads);
   task.t0 = (rest / plan.a.kv.n_kv_heads) * plan.tile;
   task.t1 = std::min(plan.a.n_tokens, task.t0 + plan.tile);
-  const int64_t lo = plan.first_key(task.t0), hi = plan.position(task.t1 - 1) + 1;
+  const int64_t lo = plan.main_begin(task.t0), hi = plan.main_end(task.t1 - 1);
   // Splits start on key-block boundaries so every split but the last expands whole blocks.
   const int64_t per_split = (hi - lo + plan.n_splits - 1) / plan.n_splits;
   const int64_t chunk = (per_split + kKeyBlock - 1) / kKeyBlock * kKeyBlock;
@@ -279,8 +284,8 @@ void attend(const Plan& plan, const Task& task, const float* prepared, RowState*
     bool any = false;
     for (int64_t r = 0; r < n_rows; ++r) {
       const int64_t t = task.t0 + r / plan.group;
-      s.lo[r] = std::max(p0, plan.first_key(t));
-      s.hi[r] = std::min(p1, plan.position(t) + 1);
+      s.lo[r] = std::max(p0, plan.main_begin(t));
+      s.hi[r] = std::min(p1, plan.main_end(t));
       any = any || s.lo[r] < s.hi[r];
     }
     if (any) {
@@ -299,11 +304,60 @@ void attend(const Plan& plan, const Task& task, const float* prepared, RowState*
   }
 }
 
-// out = finish(acc / sum): the row leaves the V codec's basis once.
+// The protected positions' part of query row (t, h) (KvLayerView::protects): its softmax state and its
+// unnormalized output, out of the protected codec's basis. At most sinks + window keys, read one by one.
+RowState attend_protected(const Plan& plan, int64_t t, int32_t h, float* out) {
+  const KvLayerView& kv = plan.a.kv;
+  const formats::KvCodecInfo& info = kv_codec_info(kv.protected_codec);
+  const formats::KvCodecOps& ops = kv_codec_ops(kv.protected_codec);
+  const int32_t d = plan.d;
+  const size_t bytes = info.block_bytes(d);
+  const int64_t head_base = int64_t(h / plan.group) * kv.protected_slots();
+  std::vector<int64_t> slots;
+  const int64_t pos = plan.position(t), lo = plan.first_key(t);
+  for (int64_t p = lo; p < std::min<int64_t>(kv.sinks, pos + 1); ++p) slots.push_back(p);
+  for (int64_t p = std::max<int64_t>({lo, kv.sinks, pos - kv.window + 1}); p <= pos; ++p)
+    slots.push_back(kv.window_slot(p));
+  RowState st;
+  std::fill_n(out, d, 0.0f);
+  if (slots.empty()) return st;
+  std::vector<float> prepared(info.query_floats(d)), scores(slots.size()), acc(info.accumulator_floats(d), 0.0f);
+  ops.prepare_query(plan.a.q + (t * plan.a.n_heads + h) * int64_t(d), d, prepared.data());
+  for (float& x : prepared) x *= plan.a.scale;
+  const auto* k = static_cast<const uint8_t*>(kv.protected_k);
+  const auto* v = static_cast<const uint8_t*>(kv.protected_v);
+  for (size_t j = 0; j < slots.size(); ++j) {
+    scores[j] = ops.score(prepared.data(), k + (head_base + slots[j]) * bytes, d);
+    st.max = std::max(st.max, scores[j]);
+  }
+  for (size_t j = 0; j < slots.size(); ++j) {
+    const float w = std::exp(scores[j] - st.max);
+    st.sum += w;
+    ops.accumulate(w, v + (head_base + slots[j]) * bytes, d, acc.data());
+  }
+  ops.finish(acc.data(), d, out);
+  return st;
+}
+
+// out = finish(acc / sum): the row leaves the V codec's basis once. With protected positions, the main and the
+// protected parts leave their bases unnormalized (finish is linear) and add at their common maximum.
 void finish_row(const Plan& plan, const RowState& st, float* acc, int64_t t, int32_t h) {
-  const float inv = st.sum > 0 ? 1.0f / st.sum : 0.0f;
-  for (int32_t i = 0; i < plan.v_floats; ++i) acc[i] *= inv;
-  plan.v_ops.finish(acc, plan.d, plan.a.out + (t * plan.a.n_heads + h) * int64_t(plan.d));
+  float* out = plan.a.out + (t * plan.a.n_heads + h) * int64_t(plan.d);
+  if (!plan.a.kv.protects()) {
+    const float inv = st.sum > 0 ? 1.0f / st.sum : 0.0f;
+    for (int32_t i = 0; i < plan.v_floats; ++i) acc[i] *= inv;
+    plan.v_ops.finish(acc, plan.d, out);
+    return;
+  }
+  float protected_out[formats::kMaxKvHeadDim];
+  const RowState prot = attend_protected(plan, t, h, protected_out);
+  const float max = std::max(st.max, prot.max);
+  const float main_scale = st.sum > 0 ? std::exp(st.max - max) : 0.0f;
+  const float protected_scale = prot.sum > 0 ? std::exp(prot.max - max) : 0.0f;
+  const float sum = st.sum * main_scale + prot.sum * protected_scale;
+  const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+  plan.v_ops.finish(acc, plan.d, out);
+  for (int32_t i = 0; i < plan.d; ++i) out[i] = (out[i] * main_scale + protected_out[i] * protected_scale) * inv;
 }
 
 int32_t head_of(const Plan& plan, const Task& task, int64_t r) {
@@ -319,6 +373,31 @@ void check(const AttentionArgs& a) {
   if (kv_codec_info(a.kv.v_codec).keys_only)
     throw Error(std::string("attention: ") + std::string(kv_codec_info(a.kv.v_codec).name) +
                 " stores keys only and cannot hold V");
+  if (a.kv.protects() && (kv_codec_info(a.kv.protected_codec).keys_only || a.kv.window_capacity < a.kv.window ||
+                          a.kv.window_capacity < 1 || a.kv.sinks < 0))
+    throw Error("attention: protected positions need a codec that holds V and a window ring of at least the window");
+}
+
+// kv_store's protected blocks (KvLayerView::protects): sinks in their own slots, every position of the batch
+// in the window ring (which holds a whole batch), keys centered like the main blocks'.
+void store_protected(ThreadPool& pool, const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
+                     int32_t first_position) {
+  const formats::KvCodecOps& ops = kv_codec_ops(kv.protected_codec);
+  const int32_t d = kv.head_dim;
+  const size_t bytes = kv_codec_info(kv.protected_codec).block_bytes(d);
+  pool.parallel_for(n_tokens * kv.n_kv_heads, [&](int64_t row, int) {
+    const int64_t p = first_position + row / kv.n_kv_heads;
+    const int32_t h = int32_t(row % kv.n_kv_heads);
+    float key[formats::kMaxKvHeadDim];
+    for (int32_t i = 0; i < d; ++i) key[i] = k[row * d + i] - (kv.k_center ? kv.k_center[int64_t(h) * d + i] : 0.0f);
+    const auto put = [&](int64_t slot) {
+      const int64_t block = int64_t(h) * kv.protected_slots() + slot;
+      ops.encode(key, d, static_cast<uint8_t*>(kv.protected_k) + block * bytes);
+      ops.encode(v + row * d, d, static_cast<uint8_t*>(kv.protected_v) + block * bytes);
+    };
+    if (p < kv.sinks) put(p);
+    if (row / kv.n_kv_heads >= n_tokens - kv.window_capacity) put(kv.window_slot(p));  // no slot written twice
+  });
 }
 
 }  // namespace
@@ -347,6 +426,7 @@ void kv_store(ThreadPool& pool, const KvLayerView& kv, const float* k, const flo
     k_ops.encode(key, d, static_cast<uint8_t*>(kv.k) + block * k_bytes);
     v_ops.encode(v + row * d, d, static_cast<uint8_t*>(kv.v) + block * v_bytes);
   });
+  if (kv.protects()) store_protected(pool, kv, k, v, n_tokens, first_position);
 }
 
 void attention(ThreadPool& pool, const AttentionArgs& a) {

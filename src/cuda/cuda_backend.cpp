@@ -244,14 +244,22 @@ void CudaBackend::mul_rows(float* y, const float* x, int64_t n_rows, int64_t row
     cuda::mul_rows(target(), y, x, n_rows, row_len, x_row_stride);
 }
 
+// Protected positions (KvLayerView::protects) are CPU-only on this branch until the CUDA kernels read them.
+void CudaBackend::refuse_protected(const KvLayerView& kv) {
+  if (kv.protects())
+    throw Error("the CUDA backend does not yet keep protected KV positions (--kv-sinks, --kv-window); use the CPU");
+}
+
 void CudaBackend::kv_store(const KvLayerView& kv, const float* k, const float* v, int64_t n_tokens,
                            int32_t first_position) {
+  refuse_protected(kv);
   const cuda::DevicePosition position(first_position, recorder_->value(first_position));
   describe(kv);
   if (record(Op::KvStore, k, v, n_tokens)) cuda::kv_store(kv, k, v, n_tokens, position, stream_);
 }
 
 void CudaBackend::attention(const AttentionArgs& args) {
+  refuse_protected(args.kv);
   const int32_t* position = recorder_->value(args.first_position);
   // The plan (the split count and rows per CTA, which follow the context length, and the scratch) is part of what
   // a graph holds.

@@ -109,6 +109,7 @@ class CudaBackend final : public Backend {
   bool record(Op op, const Fields&... fields);
   void describe(const WeightMatrix& w);
   void describe(const KvLayerView& kv);
+  static void refuse_protected(const KvLayerView& kv);
   void describe(const RopeParams& p);
   // Before what a recording must not hold (host transfers, allocations, waits): PassRecorder::interrupt.
   void run_recording();

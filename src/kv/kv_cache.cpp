@@ -61,6 +61,18 @@ std::vector<std::pair<KvCodec, KvCodec>> layer_codecs(const std::vector<KvLayerS
   return codecs;
 }
 
+// Whether a layer with these codecs keeps protected positions: when one of them has fewer bits than the
+// protected codec (a q8_0 or f16 cache gains nothing from an f16 copy of some of its positions).
+bool protects(const KvCacheOptions& o, std::pair<KvCodec, KvCodec> codecs, int32_t head_dim) {
+  if (o.protected_sinks <= 0 && o.protected_window <= 0) return false;
+  const double bits = formats::kv_bits_per_element(o.protected_codec, head_dim);
+  return formats::kv_bits_per_element(codecs.first, head_dim) < bits ||
+         formats::kv_bits_per_element(codecs.second, head_dim) < bits;
+}
+
+// The window ring of a protected layer: the window and a whole batch (KvLayerView::window_capacity).
+int64_t window_capacity(const KvCacheOptions& o) { return int64_t(std::max(o.protected_window, 1)) + o.n_batch; }
+
 }  // namespace
 
 double kv_bits_per_element(const std::vector<KvLayerShape>& layers, const KvCacheOptions& options) {
@@ -71,6 +83,9 @@ double kv_bits_per_element(const std::vector<KvLayerShape>& layers, const KvCach
     if (!l.owns_kv) continue;
     bytes += double(l.n_kv_heads) * double(block_bytes(codecs[il].first, l.head_dim) +
                                            block_bytes(codecs[il].second, l.head_dim));
+    if (protects(options, codecs[il], l.head_dim))
+      bytes += double(options.protected_sinks + options.protected_window) / std::max(options.n_ctx, 1) *
+               l.n_kv_heads * 2.0 * double(block_bytes(options.protected_codec, l.head_dim));
     elements += 2.0 * l.n_kv_heads * l.head_dim;
   }
   return elements > 0 ? 8 * bytes / elements : 0;
@@ -122,6 +137,13 @@ KvCache::KvCache(Backend& backend, std::vector<KvLayerShape> layers, const KvCac
       views_(layers_.size()),
       balanced_(layers_.size(), false) {
   if (options.n_ctx <= 0 || options.n_batch <= 0) throw Error("KV cache: n_ctx and n_batch must be positive");
+  if (options.protected_sinks < 0 || options.protected_window < 0 || options.protected_sinks > options.n_ctx ||
+      options.protected_window > options.n_ctx)
+    throw Error("KV cache: --kv-sinks and --kv-window must be between 0 and the context (" +
+                std::to_string(options.n_ctx) + ")");
+  if (kv_codec_info(options.protected_codec).keys_only)
+    throw Error(std::string(kv_codec_info(options.protected_codec).name) +
+                " stores keys only and cannot hold the protected positions' values");
   const auto codecs = layer_codecs(layers_, options);
   double total = 0;
   for (size_t il = 0; il < layers_.size(); ++il) {
@@ -132,6 +154,9 @@ KvCache::KvCache(Backend& backend, std::vector<KvLayerShape> layers, const KvCac
                   ", which the KV codecs do not support (64, 128, 256 or 512)");
     total += double(slots(l, options)) * l.n_kv_heads *
              double(block_bytes(codecs[il].first, l.head_dim) + block_bytes(codecs[il].second, l.head_dim));
+    if (protects(options, codecs[il], l.head_dim))
+      total += double(options.protected_sinks + window_capacity(options)) * l.n_kv_heads * 2.0 *
+               double(block_bytes(options.protected_codec, l.head_dim));
   }
   check_fits_in_memory(backend, total, options.n_ctx);
   for (size_t il = 0; il < layers_.size(); ++il) {
@@ -150,6 +175,16 @@ KvCache::KvCache(Backend& backend, std::vector<KvLayerShape> layers, const KvCac
     balanced_[il] = balances_keys(options.balance_keys, v.k_codec);
     v.v = backend.alloc_bytes(v_bytes);
     bytes_ += k_bytes + v_bytes;
+    if (protects(options, codecs[il], l.head_dim)) {
+      v.sinks = options.protected_sinks;
+      v.window = options.protected_window;
+      v.protected_codec = options.protected_codec;
+      v.window_capacity = window_capacity(options);
+      const size_t p_bytes = size_t(v.protected_slots()) * l.n_kv_heads * block_bytes(v.protected_codec, l.head_dim);
+      v.protected_k = backend.alloc_bytes(p_bytes);
+      v.protected_v = backend.alloc_bytes(p_bytes);
+      bytes_ += 2 * p_bytes;
+    }
   }
 }
 
@@ -168,7 +203,19 @@ int64_t KvCache::oldest_held() const {
   return oldest;
 }
 
+int64_t KvCache::oldest_in_windows() const {
+  int64_t oldest = window_restored_from_;
+  for (const KvLayerView& v : views_)
+    if (v.protects()) oldest = std::max(oldest, end_ - v.window_capacity);
+  return oldest;
+}
+
 void KvCache::check_truncate(int32_t n_past) const {
+  if (options_.protected_window > 0 &&
+      std::max<int64_t>(0, int64_t(n_past) - options_.protected_window + 1) < oldest_in_windows())
+    throw Error("truncate: the protected window rings no longer hold the " +
+                std::to_string(options_.protected_window) + " positions before " + std::to_string(n_past) +
+                "; start the sequence over instead");
   const bool any_sliding = std::any_of(layers_.begin(), layers_.end(),
                                        [](const KvLayerShape& l) { return l.owns_kv && l.sliding; });
   if (any_sliding && std::max<int64_t>(0, n_past - options_.sliding_window) < oldest_held())
@@ -182,6 +229,7 @@ void KvCache::check_truncate(int32_t n_past) const {
 void KvCache::reset() {
   end_ = 0;
   restored_from_ = 0;
+  window_restored_from_ = 0;
 }
 
 void KvCache::set_key_center(const KvLayerView& view, const float* k, int64_t n_tokens) {
@@ -199,6 +247,8 @@ KvCache::~KvCache() {
     if (v.k) backend_.free_buffer(v.k);
     if (v.v) backend_.free_buffer(v.v);
     if (v.k_center) backend_.free_buffer(v.k_center);
+    if (v.protected_k) backend_.free_buffer(v.protected_k);
+    if (v.protected_v) backend_.free_buffer(v.protected_v);
   }
 }
 
@@ -222,6 +272,10 @@ size_t KvCache::bytes_read_by_decode(int32_t n_past) const {
                                 : int64_t(n_past) + 1;
     total += size_t(visible) * size_t(v.n_kv_heads) *
              (block_bytes(v.k_codec, v.head_dim) + block_bytes(v.v_codec, v.head_dim));
+    // Protected positions are read from their own blocks (and their main blocks are not read).
+    if (v.protects())
+      total += size_t(std::min<int64_t>(visible, v.sinks + v.window)) * v.n_kv_heads * 2 *
+               block_bytes(v.protected_codec, v.head_dim);
   }
   return total;
 }
@@ -266,6 +320,12 @@ std::string KvCache::summary() const {
   line("sliding", sliding, bytes_per_token(true));
   line("global", global, bytes_per_token(false));
   line("shared", shared, 0);
+  const int32_t protected_layers = int32_t(std::count_if(views_.begin(), views_.end(),
+                                                         [](const KvLayerView& v) { return v.protects(); }));
+  if (protected_layers > 0)
+    out << "  protected: the first " << options_.protected_sinks << " and the last " << options_.protected_window
+        << " positions in " << kv_codec_info(options_.protected_codec).name << " on " << protected_layers
+        << " layers (ring: window + batch)\n";
   return out.str();
 }
 
@@ -312,7 +372,74 @@ void KvCache::save(std::ostream& out, int32_t n_past) const {
       copy_positions(v, keys, first, n_past, blocks.data(), true);
       binary::write_bytes(out, blocks.data(), blocks.size());
     }
+    save_protected(out, v, n_past);
   }
+}
+
+void KvCache::copy_protected(const KvLayerView& view, bool keys, bool sinks, int64_t first, int64_t end,
+                             uint8_t* host, bool to_host) const {
+  const size_t bb = block_bytes(view.protected_codec, view.head_dim);
+  auto* base = static_cast<uint8_t*>(keys ? view.protected_k : view.protected_v);
+  for (int32_t h = 0; h < view.n_kv_heads; ++h)
+    for (int64_t p = first; p < end; ++p) {
+      uint8_t* device = base + (h * view.protected_slots() + (sinks ? p : view.window_slot(p))) * bb;
+      uint8_t* mine = host + (h * (end - first) + (p - first)) * bb;
+      if (to_host) backend_.read_bytes(device, mine, bb);
+      else backend_.write_bytes(device, mine, bb);
+    }
+}
+
+// The protected blocks of a layer: its sinks and, of its window ring, the positions it holds.
+void KvCache::save_protected(std::ostream& out, const KvLayerView& v, int32_t n_past) const {
+  binary::write(out, uint8_t(v.protects()));
+  if (!v.protects()) return;
+  binary::write_string(out, std::string(kv_codec_info(v.protected_codec).name));
+  binary::write(out, v.sinks);
+  binary::write(out, v.window);
+  const int64_t first = std::max<int64_t>(0, n_past - v.window_capacity);
+  binary::write(out, first);
+  const size_t bb = block_bytes(v.protected_codec, v.head_dim);
+  const int64_t sinks = std::min<int64_t>(v.sinks, n_past);
+  for (bool keys : {true, false}) {
+    std::vector<uint8_t> blocks(size_t(v.n_kv_heads) * size_t(sinks + n_past - first) * bb);
+    copy_protected(v, keys, true, 0, sinks, blocks.data(), true);
+    copy_protected(v, keys, false, first, n_past, blocks.data() + size_t(v.n_kv_heads) * sinks * bb, true);
+    binary::write_bytes(out, blocks.data(), blocks.size());
+  }
+}
+
+void KvCache::restore_protected(std::istream& in, const KvLayerView& v, int32_t n_past, const std::string& layer) {
+  const bool saved = binary::read<uint8_t>(in, "a layer's protected positions") != 0;
+  if (saved != v.protects())
+    throw Error(layer + ": saved with protected positions " + (saved ? "on" : "off") + ", this cache has them " +
+                (v.protects() ? "on" : "off"));
+  if (!saved) return;
+  const std::string codec = binary::read_string(in, "a codec name");
+  const auto sinks = binary::read<int32_t>(in, "the protected sinks");
+  const auto window = binary::read<int32_t>(in, "the protected window");
+  if (codec != kv_codec_info(v.protected_codec).name || sinks != v.sinks || window != v.window)
+    throw Error(layer + ": saved with " + std::to_string(sinks) + " sinks and a window of " + std::to_string(window) +
+                " in " + codec + ", this cache keeps " + std::to_string(v.sinks) + " and " +
+                std::to_string(v.window) + " in " + std::string(kv_codec_info(v.protected_codec).name));
+  const auto first = binary::read<int64_t>(in, "the window's first position");
+  if (first < 0 || first > n_past) throw Error(layer + ": first saved window position " + std::to_string(first) +
+                                               " is outside the " + std::to_string(n_past) + " saved tokens");
+  const size_t bb = block_bytes(v.protected_codec, v.head_dim);
+  const int64_t n_sinks = std::min<int64_t>(v.sinks, n_past), held = n_past - first;
+  // A ring smaller than the saved one keeps the last positions.
+  const int64_t kept = std::max<int64_t>(first, n_past - v.window_capacity);
+  for (bool keys : {true, false}) {
+    std::vector<uint8_t> blocks(size_t(v.n_kv_heads) * size_t(n_sinks + held) * bb);
+    binary::read_bytes(in, blocks.data(), blocks.size(), "protected KV blocks");
+    copy_protected(v, keys, true, 0, n_sinks, blocks.data(), false);
+    uint8_t* window = blocks.data() + size_t(v.n_kv_heads) * n_sinks * bb;
+    std::vector<uint8_t> ring(size_t(v.n_kv_heads) * size_t(n_past - kept) * bb);
+    for (int32_t h = 0; h < v.n_kv_heads; ++h)
+      std::copy_n(window + (h * held + (kept - first)) * bb, size_t(n_past - kept) * bb,
+                  ring.data() + h * (n_past - kept) * bb);
+    copy_protected(v, keys, false, kept, n_past, ring.data(), false);
+  }
+  window_restored_from_ = std::max(window_restored_from_, kept);
 }
 
 void KvCache::restore(std::istream& in, int32_t n_past) {
@@ -365,6 +492,7 @@ void KvCache::restore(std::istream& in, int32_t n_past) {
       copy_positions(v, keys, kept, n_past, blocks.data(), false);
     }
     if (layers_[il].sliding) restored_from_ = std::max(restored_from_, kept);
+    restore_protected(in, v, n_past, layer);
   }
   end_ = n_past;
 }

@@ -62,10 +62,17 @@ struct KvCacheOptions {
   KeyCentering center_keys = KeyCentering::Auto;
   KeyBalancing balance_keys = KeyBalancing::Auto;
   std::string chosen_by;  // how the codecs were chosen (--kv-bits), shown first by KvCache::summary; "" if given
+  // Protected positions (KvLayerView::protects; off when both are 0): the first protected_sinks positions and
+  // each query's protected_window most recent ones, kept in protected_codec beside the blocks of every layer
+  // whose K or V codec has fewer bits than it.
+  int32_t protected_sinks = 0;
+  int32_t protected_window = 0;
+  formats::KvCodec protected_codec = formats::KvCodec::F16;
 };
 
 // Average bits per cached element (K and V of every layer that owns KV, per token) of these options on these
-// layers. Throws sparrow::Error for overrides the layers cannot take.
+// layers, the protected positions' blocks counted over the context (options.n_ctx). Throws sparrow::Error for
+// overrides the layers cannot take.
 double kv_bits_per_element(const std::vector<KvLayerShape>& layers, const KvCacheOptions& options);
 
 class KvCache {
@@ -117,10 +124,18 @@ class KvCache {
   void set_key_center(const KvLayerView& view, const float* k, int64_t n_tokens);
   // The oldest position that every sliding-window ring still holds.
   int64_t oldest_held() const;
+  // The oldest position that every protected window ring still holds.
+  int64_t oldest_in_windows() const;
   // Copies the blocks of positions [first, end) of one layer's K or V between the cache and a host buffer laid
   // out [head][position].
   void copy_positions(const KvLayerView& view, bool keys, int64_t first, int64_t end, uint8_t* host,
                       bool to_host) const;
+  // The same for the protected blocks of positions [first, end): the sinks' own slots when `sinks`, else the
+  // window ring's.
+  void copy_protected(const KvLayerView& view, bool keys, bool sinks, int64_t first, int64_t end, uint8_t* host,
+                      bool to_host) const;
+  void save_protected(std::ostream& out, const KvLayerView& view, int32_t n_past) const;
+  void restore_protected(std::istream& in, const KvLayerView& view, int32_t n_past, const std::string& layer);
 
   Backend& backend_;
   std::vector<KvLayerShape> layers_;
@@ -130,6 +145,7 @@ class KvCache {
   size_t bytes_ = 0;
   int64_t end_ = 0;            // one past the furthest position stored since the last reset
   int64_t restored_from_ = 0;  // the oldest position a restore() put into every ring (0: none restored)
+  int64_t window_restored_from_ = 0;  // the same for the protected window rings
 };
 
 }  // namespace sparrow

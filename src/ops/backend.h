@@ -40,6 +40,25 @@ struct KvLayerView {
   // every score of a query by the same constant and so leaves the softmax unchanged, while the codec quantizes a
   // much smaller vector. The KV cache (kv/) sets it at the start of a sequence; kv_store only subtracts it.
   float* k_center = nullptr;
+
+  // Protected positions (off while protected_k is null): the first `sinks` positions and, for each query, the
+  // `window` positions up to and including its own are attended in protected_codec (f16 or q8_0), stored beside
+  // the blocks above, and every other key in k_codec / v_codec. On this model a low-bit cache loses most of its
+  // error that way (docs/kv-quality.md): the sink and the recent keys take most of the attention. kv_store writes
+  // every position into both; keys are centered in both, so that every score of a query shifts by one constant.
+  // Slots: position p < sinks in slot p, and every position in slot sinks + p % window_capacity, a ring of at
+  // least window + the longest batch, so that a batch's own positions and the window before it are all held.
+  int32_t sinks = 0;
+  int32_t window = 0;
+  formats::KvCodec protected_codec = formats::KvCodec::F16;
+  void* protected_k = nullptr;  // [n_kv_heads][sinks + window_capacity] blocks
+  void* protected_v = nullptr;
+  int64_t window_capacity = 0;
+
+  bool protects() const { return protected_k != nullptr; }
+  int64_t protected_slots() const { return sinks + window_capacity; }
+  // The window's slot of position p (a sink's own slot is p).
+  int64_t window_slot(int64_t p) const { return sinks + p % window_capacity; }
 };
 
 struct AttentionArgs {

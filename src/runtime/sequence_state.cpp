@@ -13,7 +13,7 @@ namespace sparrow {
 namespace {
 
 constexpr std::array<char, 8> kMagic = {'S', 'P', 'R', 'W', 'S', 'E', 'Q', '\0'};
-constexpr uint32_t kVersion = 2;  // 2: each layer says whether its keys are balanced
+constexpr uint32_t kVersion = 3;  // 2: each layer says whether its keys are balanced; 3: protected positions
 
 }  // namespace
 

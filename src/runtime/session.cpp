@@ -37,6 +37,9 @@ std::unique_ptr<KvCache> make_sequence_cache(Backend& backend, const ModelConfig
   kv.layers = options.kv_layers;
   kv.center_keys = options.center_keys;
   kv.balance_keys = options.balance_keys;
+  kv.protected_sinks = options.protected_sinks;
+  kv.protected_window = options.protected_window;
+  kv.protected_codec = options.protected_codec;
   apply_kv_auto(shapes, backend.name(), options.k_codec, options.v_codec, kv);
   if (options.kv_bits > 0) apply_kv_bits(shapes, options.kv_bits, kv);
   return std::make_unique<KvCache>(backend, std::move(shapes), kv);

@@ -27,6 +27,10 @@ struct SessionOptions {
                        // (kv/kv_presets.h), in place of k_codec, v_codec and kv_layers
   KeyCentering center_keys = KeyCentering::Auto;
   KeyBalancing balance_keys = KeyBalancing::Auto;
+  // Protected positions (kv/kv_cache.h): sinks and recent window kept in protected_codec; 0, 0: off.
+  int32_t protected_sinks = 0;
+  int32_t protected_window = 0;
+  formats::KvCodec protected_codec = formats::KvCodec::F16;
   // Decode steps recorded and replayed by the backend (CUDA graphs on a GPU; Backend::begin_pass).
   bool record_decode = true;
   // The backend the session runs on; empty: the model's device's (runtime/backends.h). It must work with the

@@ -19,6 +19,10 @@ struct Case {
   int capacity;          // cache slots per KV head
   formats::KvCodec k_codec, v_codec = k_codec;
   bool center_keys = false;
+  // Protected positions (KvLayerView::protects): the first `sinks` and each query's `recent` most recent ones
+  // in protected_codec; off when both are 0. The window ring holds recent + n_tokens slots.
+  int sinks = 0, recent = 0;
+  formats::KvCodec protected_codec = formats::KvCodec::F16;
 };
 
 // What the cache holds for head vectors x[n][d]: the codec's reference encode then decode.
@@ -58,6 +62,19 @@ void run_case(const Case& c) {
                  .n_kv_heads = c.n_kv_heads,
                  .head_dim = c.head_dim,
                  .k_center = c.center_keys ? center.data() : nullptr};
+  const bool protects = c.sinks > 0 || c.recent > 0;
+  const int64_t window_capacity = c.recent + c.n_tokens;
+  const size_t protected_bytes = size_t(c.sinks + window_capacity) * c.n_kv_heads *
+                                 formats::kv_codec_info(c.protected_codec).block_bytes(c.head_dim);
+  std::vector<uint8_t> protected_k(protected_bytes), protected_v(protected_bytes);
+  if (protects) {
+    kv.sinks = c.sinks;
+    kv.window = c.recent;
+    kv.protected_codec = c.protected_codec;
+    kv.protected_k = protected_k.data();
+    kv.protected_v = protected_v.data();
+    kv.window_capacity = window_capacity;
+  }
   cpu::ThreadPool pool(2);
   // Write the history in one store and the new tokens in another, as prefill then decode would.
   if (c.n_past > 0) cpu::kv_store(pool, kv, k.data(), v.data(), c.n_past, 0);
@@ -72,6 +89,12 @@ void run_case(const Case& c) {
   for (size_t r = 0; r < k.size() / c.head_dim; ++r)
     for (int i = 0; i < c.head_dim; ++i) k_held[r * c.head_dim + i] += center[(r % c.n_kv_heads) * c.head_dim + i];
   const std::vector<float> v_held = stored(v, c.head_dim, c.v_codec);
+  // The protected positions' copies: the same centered keys and the values through the protected codec.
+  std::vector<float> k_protected = stored(k_shifted, c.head_dim, c.protected_codec);
+  for (size_t r = 0; r < k.size() / c.head_dim; ++r)
+    for (int i = 0; i < c.head_dim; ++i)
+      k_protected[r * c.head_dim + i] += center[(r % c.n_kv_heads) * c.head_dim + i];
+  const std::vector<float> v_protected = stored(v, c.head_dim, c.protected_codec);
 
   std::vector<float> out(q.size());
   AttentionArgs a;
@@ -93,11 +116,14 @@ void run_case(const Case& c) {
       const int kvh = h / group;
       std::vector<double> scores;
       std::vector<int> keys;
+      std::vector<bool> from_protected;
       for (int p = 0; p <= pos; ++p) {
         if (c.window > 0 && pos - p >= c.window) continue;
+        from_protected.push_back(protects && (p < c.sinks || pos - p < c.recent));
+        const std::vector<float>& kh = from_protected.back() ? k_protected : k_held;
         double s = 0;
         for (int i = 0; i < c.head_dim; ++i)
-          s += double(qh[i]) * k_held[size_t(p) * kv_row + kvh * c.head_dim + i];
+          s += double(qh[i]) * kh[size_t(p) * kv_row + kvh * c.head_dim + i];
         scores.push_back(s * a.scale);
         keys.push_back(p);
       }
@@ -106,7 +132,8 @@ void run_case(const Case& c) {
       for (int i = 0; i < c.head_dim; ++i) {
         double expect = 0;
         for (size_t j = 0; j < keys.size(); ++j)
-          expect += scores[j] / sum * v_held[size_t(keys[j]) * kv_row + kvh * c.head_dim + i];
+          expect += scores[j] / sum *
+                    (from_protected[j] ? v_protected : v_held)[size_t(keys[j]) * kv_row + kvh * c.head_dim + i];
         const float got = out[(size_t(t) * c.n_heads + h) * c.head_dim + i];
         ASSERT_NEAR(got, expect, 2e-4 * (1 + std::fabs(expect)))
             << "token " << t << " head " << h << " dim " << i;
@@ -173,6 +200,36 @@ TEST(Attention, CenteredCompressedKeys) {
 TEST(Attention, TrellisKeysInnerProductValues) {
   run_case({.n_heads = 4, .n_kv_heads = 4, .head_dim = 256, .n_past = 10, .n_tokens = 3,
             .capacity = 13, .k_codec = KvCodec::TCQ3, .v_codec = KvCodec::TBQ4P});
+}
+
+// Protected positions: sinks and each query's recent keys read from their own f16 or q8_0 blocks, the rest from
+// the low-bit ones, in one softmax.
+TEST(Attention, ProtectedSinkAndWindowDecode) {
+  run_case({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .n_past = 100, .n_tokens = 1, .capacity = 101,
+            .k_codec = KvCodec::TCQ4, .center_keys = true, .sinks = 1, .recent = 8});
+}
+// A prefill whose window ring wraps, sinks past the first batch, different K and V codecs.
+TEST(Attention, ProtectedPositionsPrefill) {
+  run_case({.n_heads = 4, .n_kv_heads = 2, .head_dim = 128, .n_past = 30, .n_tokens = 20, .capacity = 50,
+            .k_codec = KvCodec::TBQ4, .v_codec = KvCodec::TBQ3, .sinks = 2, .recent = 5,
+            .protected_codec = KvCodec::Q8_0});
+}
+// Queries whose window reaches past position 0, and sinks that a sliding window hides from later queries.
+TEST(Attention, ProtectedPositionsUnderASlidingWindow) {
+  run_case({.n_heads = 2, .n_kv_heads = 1, .head_dim = 64, .n_past = 0, .n_tokens = 24, .window = 8, .capacity = 24,
+            .k_codec = KvCodec::Q4_0, .sinks = 3, .recent = 4});
+}
+// A long decode: the main key range split across threads, merged with the protected part.
+TEST(Attention, ProtectedPositionsLongDecode) {
+  run_case({.n_heads = 4, .n_kv_heads = 1, .head_dim = 256, .n_past = 2000, .n_tokens = 1, .capacity = 2001,
+            .k_codec = KvCodec::TBQ4, .sinks = 1, .recent = 32});
+}
+// Only a window, only sinks.
+TEST(Attention, ProtectedWindowOnlyAndSinksOnly) {
+  run_case({.n_heads = 2, .n_kv_heads = 1, .head_dim = 64, .n_past = 40, .n_tokens = 3, .capacity = 43,
+            .k_codec = KvCodec::TCQ3, .recent = 6});
+  run_case({.n_heads = 2, .n_kv_heads = 1, .head_dim = 64, .n_past = 40, .n_tokens = 3, .capacity = 43,
+            .k_codec = KvCodec::TCQ3, .sinks = 4});
 }
 
 }  // namespace

@@ -369,12 +369,120 @@ TEST_F(SaveRestore, MismatchesAndShortInputAreClearErrors) {
   KvCache no_balance(*backend, layers, unbalanced);
   expect_error(no_balance, bytes, "key balancing on, this cache has it off");
   KvCache same(*backend, layers, sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16));
-  // The last two bytes are the KV-shared layers' flags; three bytes short ends in layer 3's V blocks.
-  expect_error(same, bytes.substr(0, bytes.size() - 3), "file ends inside KV blocks");
+  // The last bytes are layer 3's protected-positions flag and the KV-shared layers' flags; four bytes short ends
+  // in layer 3's V blocks, three short in its flag.
+  expect_error(same, bytes.substr(0, bytes.size() - 4), "file ends inside KV blocks");
+  expect_error(same, bytes.substr(0, bytes.size() - 3), "file ends inside a layer's protected positions");
   expect_error(same, bytes.substr(0, 3), "file ends inside the layer count");
   std::vector<KvLayerShape> fewer(layers.begin(), layers.begin() + 4);
   KvCache shorter(*backend, fewer, sequence_options(KvCodec::TBQ4, KvCodec::Q8_0, 16));
   expect_error(shorter, bytes, "saved for 6 layers, this model has 4");
+}
+
+// Protected positions: a restored cache holds the same sink and window blocks as the saved one (for the window,
+// the positions both rings hold), the window ring bounds truncation, and a cache kept otherwise is named.
+TEST_F(SaveRestore, ProtectedPositionsRestoreAndBoundTruncation) {
+  auto protected_options = [](int32_t n_batch, int32_t sinks, int32_t window) {
+    KvCacheOptions o = sequence_options(KvCodec::TCQ4, KvCodec::TBQ3, n_batch);
+    o.protected_sinks = sinks;
+    o.protected_window = window;
+    o.protected_codec = KvCodec::Q8_0;
+    return o;
+  };
+  KvCache original(*backend, layers, protected_options(16, 2, 8));
+  fill(original);
+  const std::string bytes = saved(original, kTokens);
+  const size_t bb = formats::kv_codec_info(KvCodec::Q8_0).block_bytes(256);
+  auto protected_block = [&](const KvCache& cache, int32_t il, bool keys, int32_t h, int64_t slot) {
+    const KvLayerView& v = cache.layer(il);
+    const size_t b = formats::kv_codec_info(v.protected_codec).block_bytes(v.head_dim);
+    return static_cast<const uint8_t*>(keys ? v.protected_k : v.protected_v) + (h * v.protected_slots() + slot) * b;
+  };
+  for (int32_t n_batch : {16, 64, 4}) {
+    SCOPED_TRACE("n_batch " + std::to_string(n_batch));
+    KvCache copy(*backend, layers, protected_options(n_batch, 2, 8));
+    restore(copy, bytes, kTokens);
+    for (int32_t il = 0; il < 4; ++il) {
+      const KvLayerView& a = original.layer(il);
+      const KvLayerView& b = copy.layer(il);
+      ASSERT_TRUE(a.protects() && b.protects());
+      const size_t block_bytes = il == 2 ? formats::kv_codec_info(KvCodec::Q8_0).block_bytes(512) : bb;
+      const int64_t first = kTokens - std::min(a.window_capacity, b.window_capacity);
+      for (bool keys : {true, false})
+        for (int32_t h = 0; h < a.n_kv_heads; ++h) {
+          for (int64_t p = 0; p < 2; ++p)
+            ASSERT_EQ(std::memcmp(protected_block(original, il, keys, h, p), protected_block(copy, il, keys, h, p),
+                                  block_bytes), 0) << "sink " << p;
+          for (int64_t p = first; p < kTokens; ++p)
+            ASSERT_EQ(std::memcmp(protected_block(original, il, keys, h, a.window_slot(p)),
+                                  protected_block(copy, il, keys, h, b.window_slot(p)), block_bytes), 0)
+                << "layer " << il << " window position " << p;
+        }
+    }
+  }
+  auto expect_error = [&](const KvCacheOptions& o, const std::string& needle) {
+    KvCache cache(*backend, layers, o);
+    try {
+      restore(cache, bytes, kTokens);
+      ADD_FAILURE() << "expected an error naming " << needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  expect_error(sequence_options(KvCodec::TCQ4, KvCodec::TBQ3, 16), "protected positions on, this cache has them off");
+  expect_error(protected_options(16, 1, 8), "saved with 2 sinks and a window of 8 in q8_0");
+}
+
+// The window ring holds window + batch slots: a sequence goes back only as far as the window before its new end
+// is still in it (a global layer alone, so that no sliding ring decides first).
+TEST_F(SaveRestore, ProtectedWindowBoundsTruncation) {
+  layers = {{.sliding = false, .head_dim = 64, .n_kv_heads = 1, .owns_kv = true, .kv_source = 0}};
+  KvCacheOptions o = sequence_options(KvCodec::TCQ4, KvCodec::TCQ4, 16);
+  o.protected_sinks = 1;
+  o.protected_window = 8;
+  KvCache cache(*backend, layers, o);
+  const auto kv = testing::random_activations(64 * 16, 7);
+  for (int32_t first = 0; first < 100; first += 16)
+    cache.store(0, kv.data(), kv.data(), std::min(16, 100 - first), first);
+  // Slots 8 + 16: positions 76..99 held; going back to n needs n - 7..n - 1.
+  EXPECT_NO_THROW(cache.check_truncate(83));
+  EXPECT_THROW(cache.check_truncate(82), Error);
+  cache.reset();
+  EXPECT_NO_THROW(cache.check_truncate(0));
+}
+
+// Protection goes to layers whose K or V codec has fewer bits than the protected codec, its blocks count in the
+// cache's bytes (sinks + window + batch slots) and in the bits per element (sinks + window over the context), and
+// the summary says so.
+TEST_F(CacheFixture, ProtectedPositionsGoToLowBitLayersAndCountInTheirBytes) {
+  KvCacheOptions o = options();
+  o.n_ctx = 1024;
+  o.n_batch = 32;
+  o.k_codec = o.v_codec = KvCodec::TCQ4;
+  o.layers = parse_kv_layers("1:f16");
+  const double plain_bits = kv_bits_per_element(layers, o);
+  const size_t plain_bytes = KvCache(*backend, layers, o).bytes();
+  o.protected_sinks = 1;
+  o.protected_window = 15;
+  o.protected_codec = KvCodec::Q8_0;
+  KvCache cache(*backend, layers, o);
+  EXPECT_TRUE(cache.layer(0).protects());
+  EXPECT_FALSE(cache.layer(1).protects()) << "an f16 layer gains nothing from q8_0 copies";
+  EXPECT_TRUE(cache.layer(2).protects());
+  EXPECT_EQ(cache.layer(0).window_capacity, 15 + 32);
+  // Owning, protected layers: 0 and 3 (2 heads of 256), 2 (1 head of 512); 8.5 bits per element in q8_0.
+  const double q8_bytes_256 = vector_bytes(8.5, 256), q8_bytes_512 = vector_bytes(8.5, 512);
+  const double per_position = 2 * (2 * 2 * q8_bytes_256 + q8_bytes_512);  // K and V
+  EXPECT_DOUBLE_EQ(double(cache.bytes() - plain_bytes), (1 + 15 + 32) * per_position);
+  const double elements = 2.0 * (3 * 2 * 256 + 512);  // K and V of the 4 owning layers, per position
+  EXPECT_NEAR(kv_bits_per_element(layers, o) - plain_bits, 8 * 16.0 / 1024 * per_position / elements, 1e-12);
+  EXPECT_NE(cache.summary().find("protected: the first 1 and the last 15 positions in q8_0 on 3 layers"),
+            std::string::npos) << cache.summary();
+  o.protected_sinks = -1;
+  EXPECT_THROW(KvCache(*backend, layers, o), Error);
+  o.protected_sinks = 1;
+  o.protected_codec = KvCodec::QJL;
+  EXPECT_THROW(KvCache(*backend, layers, o), Error) << "qjl holds no values";
 }
 
 TEST_F(CacheFixture, SlidingRingNeverExceedsTheContext) {
@@ -558,14 +666,30 @@ float relative_logit_gap(const float* a, const float* b, int32_t n_vocab) {
   return max_abs > 0 ? max_diff / max_abs : std::numeric_limits<float>::infinity();
 }
 
+// The logits of the tokens decoded as one batch and one token at a time, in two contexts made with p, agree.
+void expect_prefill_matches_decode(sparrow_model* model, const std::vector<sparrow_token>& tokens,
+                                   const sparrow_context_params& p, const std::string& label) {
+  const int32_t n_vocab = sparrow_model_n_vocab(model);
+  sparrow_context* batch = sparrow_context_new(model, p);
+  sparrow_context* step = sparrow_context_new(model, p);
+  ASSERT_TRUE(batch && step) << sparrow_last_error();
+  ASSERT_EQ(sparrow_decode(batch, tokens.data(), int32_t(tokens.size()), 1), 0);
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    ASSERT_EQ(sparrow_decode(step, &tokens[i], 1, 0), 0);
+    ASSERT_LE(relative_logit_gap(sparrow_get_logits(batch, int32_t(i)), sparrow_get_logits(step, -1), n_vocab), 1e-4f)
+        << label << " position " << i;
+  }
+  sparrow_context_free(batch);
+  sparrow_context_free(step);
+}
+
 // Prefill (query tiles over the whole prompt) and token-by-token decode (one query, key range split across
 // threads, partial softmaxes merged) are different task layouts over the same cache: same logits.
 TEST_F(KvCli, PrefillAndDecodeAgreeForEveryCompressedLayout) {
   sparrow_model* model = sparrow_model_load(model_->c_str(), nullptr, nullptr);
   ASSERT_NE(model, nullptr) << sparrow_last_error();
-  const int32_t n_vocab = sparrow_model_n_vocab(model);
   std::vector<sparrow_token> tokens;
-  for (int i = 0; i < 40; ++i) tokens.push_back(2 + (i * 37) % (n_vocab - 2));
+  for (int i = 0; i < 40; ++i) tokens.push_back(2 + (i * 37) % (sparrow_model_n_vocab(model) - 2));
   for (const char* codec : {"f32", "tbq4", "q4_0"}) {
     sparrow_context_params p = sparrow_context_default_params();
     p.n_ctx = 64;
@@ -573,19 +697,36 @@ TEST_F(KvCli, PrefillAndDecodeAgreeForEveryCompressedLayout) {
     p.cache_type_k = codec;
     p.cache_type_v = codec;
     p.kv_center_keys = 0;  // a centre is set by a sequence's first store, which differs between the two runs
-    sparrow_context* batch = sparrow_context_new(model, p);
-    sparrow_context* step = sparrow_context_new(model, p);
-    ASSERT_TRUE(batch && step) << sparrow_last_error();
-    ASSERT_EQ(sparrow_decode(batch, tokens.data(), int32_t(tokens.size()), 1), 0);
-    for (size_t i = 0; i < tokens.size(); ++i) {
-      ASSERT_EQ(sparrow_decode(step, &tokens[i], 1, 0), 0);
-      ASSERT_LE(relative_logit_gap(sparrow_get_logits(batch, int32_t(i)), sparrow_get_logits(step, -1), n_vocab),
-                1e-4f)
-          << codec << " position " << i;
-    }
-    sparrow_context_free(batch);
-    sparrow_context_free(step);
+    expect_prefill_matches_decode(model, tokens, p, codec);
   }
+  sparrow_model_free(model);
+}
+
+// Protected positions: prefill (a batch's own positions in the window ring) and token-by-token decode (the window
+// carried across steps) read the same protected and main blocks: same logits.
+TEST_F(KvCli, PrefillAndDecodeAgreeWithProtectedPositions) {
+  sparrow_model* model = sparrow_model_load(model_->c_str(), nullptr, nullptr);
+  ASSERT_NE(model, nullptr) << sparrow_last_error();
+  std::vector<sparrow_token> tokens;
+  for (int i = 0; i < 40; ++i) tokens.push_back(2 + (i * 41) % (sparrow_model_n_vocab(model) - 2));
+  sparrow_context_params p = sparrow_context_default_params();
+  p.n_ctx = 64;
+  p.n_threads = 2;
+  p.cache_type_k = p.cache_type_v = "tcq4";
+  p.kv_center_keys = 0;
+  p.kv_sinks = 2;
+  p.kv_window = 6;
+  p.kv_protected_type = "q8_0";
+  sparrow_context* ctx = sparrow_context_new(model, p);
+  ASSERT_NE(ctx, nullptr) << sparrow_last_error();
+  EXPECT_NE(std::string(sparrow_context_kv_summary(ctx)).find("protected: the first 2 and the last 6"),
+            std::string::npos);
+  sparrow_context_free(ctx);
+  expect_prefill_matches_decode(model, tokens, p, "tcq4, 2 sinks, window 6");
+  p.kv_protected_type = "nonsense";
+  EXPECT_EQ(sparrow_context_new(model, p), nullptr);
+  EXPECT_NE(std::string(sparrow_last_error()).find("kv_protected_type: unknown KV codec 'nonsense'"),
+            std::string::npos) << sparrow_last_error();
   sparrow_model_free(model);
 }
 
