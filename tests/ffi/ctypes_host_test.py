@@ -51,7 +51,8 @@ class ModelParams(ctypes.Structure):
 class ContextParams(ctypes.Structure):
     _fields_ = [("n_ctx", c_int32), ("n_threads", c_int32), ("n_batch", c_int32), ("cache_type_k", c_char_p),
                 ("cache_type_v", c_char_p), ("kv_layers", c_char_p), ("kv_center_keys", c_int32),
-                ("decode_graphs", c_int32), ("kv_bits", c_float), ("kv_balance_keys", c_int32)]
+                ("decode_graphs", c_int32), ("kv_bits", c_float), ("kv_balance_keys", c_int32),
+                ("kv_sinks", c_int32), ("kv_window", c_int32), ("kv_protected_type", c_char_p)]
 
 
 class SamplerParams(ctypes.Structure):
@@ -211,6 +212,7 @@ class CtypesHost(unittest.TestCase):
         self.assertEqual((c.n_ctx, c.n_threads, c.n_batch), (0, 0, 512))
         self.assertEqual((c.cache_type_k, c.cache_type_v, c.kv_layers), (b"auto", b"auto", None))
         self.assertEqual((c.kv_center_keys, c.decode_graphs, c.kv_bits, c.kv_balance_keys), (-1, 1, 0.0, -1))
+        self.assertEqual((c.kv_sinks, c.kv_window, c.kv_protected_type), (0, 0, b"f16"))
         m = self.lib.sparrow_model_default_params()
         self.assertEqual((m.device, m.n_gpu_layers, m.progress_user, m.key_transforms), (b"cpu", 0, None, None))
 
