@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <sstream>
@@ -320,12 +321,22 @@ std::string KvCache::summary() const {
   line("sliding", sliding, bytes_per_token(true));
   line("global", global, bytes_per_token(false));
   line("shared", shared, 0);
-  const int32_t protected_layers = int32_t(std::count_if(views_.begin(), views_.end(),
-                                                         [](const KvLayerView& v) { return v.protects(); }));
+  int32_t protected_layers = 0;
+  double protected_bytes = 0, per_position = 0;
+  for (const KvLayerView& v : views_) {
+    if (!v.protects()) continue;
+    ++protected_layers;
+    const double block = double(block_bytes(v.protected_codec, v.head_dim)) * v.n_kv_heads * 2;  // K and V
+    per_position += block;
+    protected_bytes += block * double(v.protected_slots());
+  }
+  // Per token: the sinks and the window over the context, as kv_bits_per_element counts them.
   if (protected_layers > 0)
     out << "  protected: the first " << options_.protected_sinks << " and the last " << options_.protected_window
         << " positions in " << kv_codec_info(options_.protected_codec).name << " on " << protected_layers
-        << " layers (ring: window + batch)\n";
+        << " layers, " << std::lround(per_position) << " bytes/position, +"
+        << std::lround(per_position * (options_.protected_sinks + options_.protected_window) / options_.n_ctx)
+        << " bytes/token over the context (ring: window + batch), " << mib(protected_bytes) << "\n";
   return out.str();
 }
 
