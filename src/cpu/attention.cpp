@@ -305,7 +305,8 @@ void attend(const Plan& plan, const Task& task, const float* prepared, RowState*
 }
 
 // The protected positions' part of query row (t, h) (KvLayerView::protects): its softmax state and its
-// unnormalized output, out of the protected codec's basis. At most sinks + window keys, read one by one.
+// unnormalized output, out of the protected codec's basis. At most sinks + window keys, read one by one: key j is
+// sink lo + j, then window position window_begin + (j - n_sinks).
 RowState attend_protected(const Plan& plan, int64_t t, int32_t h, float* out) {
   const KvLayerView& kv = plan.a.kv;
   const formats::KvCodecInfo& info = kv_codec_info(kv.protected_codec);
@@ -313,27 +314,31 @@ RowState attend_protected(const Plan& plan, int64_t t, int32_t h, float* out) {
   const int32_t d = plan.d;
   const size_t bytes = info.block_bytes(d);
   const int64_t head_base = int64_t(h / plan.group) * kv.protected_slots();
-  std::vector<int64_t> slots;
   const int64_t pos = plan.position(t), lo = plan.first_key(t);
-  for (int64_t p = lo; p < std::min<int64_t>(kv.sinks, pos + 1); ++p) slots.push_back(p);
-  for (int64_t p = std::max<int64_t>({lo, kv.sinks, pos - kv.window + 1}); p <= pos; ++p)
-    slots.push_back(kv.window_slot(p));
+  const int64_t n_sinks = std::max<int64_t>(0, std::min<int64_t>(kv.sinks, pos + 1) - lo);
+  const int64_t window_begin = std::max<int64_t>({lo, kv.sinks, pos - kv.window + 1});
+  const int64_t n_keys = n_sinks + std::max<int64_t>(0, pos + 1 - window_begin);
+  const auto slot_of = [&](int64_t j) { return j < n_sinks ? lo + j : kv.window_slot(window_begin + j - n_sinks); };
   RowState st;
   std::fill_n(out, d, 0.0f);
-  if (slots.empty()) return st;
-  std::vector<float> prepared(info.query_floats(d)), scores(slots.size()), acc(info.accumulator_floats(d), 0.0f);
+  if (n_keys == 0) return st;
+  // Rows of a thread reuse its buffers: this runs once per output row.
+  thread_local std::vector<float> prepared, scores, acc;
+  prepared.resize(info.query_floats(d));
+  scores.resize(size_t(n_keys));
+  acc.assign(info.accumulator_floats(d), 0.0f);
   ops.prepare_query(plan.a.q + (t * plan.a.n_heads + h) * int64_t(d), d, prepared.data());
   for (float& x : prepared) x *= plan.a.scale;
   const auto* k = static_cast<const uint8_t*>(kv.protected_k);
   const auto* v = static_cast<const uint8_t*>(kv.protected_v);
-  for (size_t j = 0; j < slots.size(); ++j) {
-    scores[j] = ops.score(prepared.data(), k + (head_base + slots[j]) * bytes, d);
+  for (int64_t j = 0; j < n_keys; ++j) {
+    scores[j] = ops.score(prepared.data(), k + (head_base + slot_of(j)) * bytes, d);
     st.max = std::max(st.max, scores[j]);
   }
-  for (size_t j = 0; j < slots.size(); ++j) {
+  for (int64_t j = 0; j < n_keys; ++j) {
     const float w = std::exp(scores[j] - st.max);
     st.sum += w;
-    ops.accumulate(w, v + (head_base + slots[j]) * bytes, d, acc.data());
+    ops.accumulate(w, v + (head_base + slot_of(j)) * bytes, d, acc.data());
   }
   ops.finish(acc.data(), d, out);
   return st;
